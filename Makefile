@@ -1,0 +1,30 @@
+# `make run` and `make test` do all set-up: the venv is (re)built only when requirements.txt changes.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.requirements-installed
+PORT ?= 8501
+
+.PHONY: run test lint bench soak clean-venv
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip >/dev/null
+	$(PY) -m pip install -r requirements.txt
+	cp requirements.txt $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m streamlit run streamlit_app.py --server.address 127.0.0.1 --server.port $(PORT)
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+bench: $(STAMP)
+	$(PY) -m brnn_core bench
+
+clean-venv:
+	rm -rf $(VENV)

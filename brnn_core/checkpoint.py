@@ -1,0 +1,167 @@
+"""Self-describing checkpoints, loaded safely.
+
+A checkpoint is a plain dict of tensors, numbers and strings, so `torch.load(...,
+weights_only=True)` can read it and no pickled code ever runs. It carries the model
+config, so the model is rebuilt from the file alone. A bare state_dict (the blog's
+`model.ckpt`) loads too: its architecture is read off the tensor shapes.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .fileio import atomic_write
+from .model import BiLSTM, ModelConfig
+
+FORMAT = "brnn-checkpoint"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message says what is wrong and what would fix it."""
+
+
+@dataclass
+class Checkpoint:
+    model_config: ModelConfig
+    model_state: dict[str, torch.Tensor]
+    classes: list[str]
+    train_config: dict[str, Any] = field(default_factory=dict)
+    epoch: int = 0  # completed epochs
+    step: int = 0  # optimizer steps taken
+    batch_in_epoch: int = 0  # batches done in the unfinished epoch (mid-epoch resume)
+    metrics: dict[str, float] = field(default_factory=dict)
+    optimizer_state: dict | None = None
+    bare: bool = False  # loaded from a bare state_dict
+
+    def build_model(self, device: torch.device | str = "cpu") -> BiLSTM:
+        model = BiLSTM(self.model_config)
+        check_state_matches(model.state_dict(), self.model_state)
+        model.load_state_dict(self.model_state)
+        return model.to(device)
+
+
+def save_checkpoint(path: Path, model: BiLSTM, *, classes: list[str], train_config: dict | None = None,
+                    epoch: int = 0, step: int = 0, batch_in_epoch: int = 0,
+                    metrics: dict | None = None, optimizer: torch.optim.Optimizer | None = None) -> None:
+    """Write atomically: a crash mid-save leaves the previous file intact."""
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_config": model.cfg.to_dict(),
+        "model_state": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "classes": list(classes),
+        "train_config": dict(train_config or {}),
+        "epoch": int(epoch),
+        "step": int(step),
+        "batch_in_epoch": int(batch_in_epoch),
+        "metrics": {k: float(v) for k, v in (metrics or {}).items()},
+        "torch_version": str(torch.__version__),
+    }
+    if optimizer is not None:
+        payload["optimizer_state"] = optimizer.state_dict()
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    atomic_write(Path(path), lambda fh: fh.write(buf.getbuffer()))
+
+
+def load_checkpoint(source: Path | str | bytes) -> Checkpoint:
+    """Read a checkpoint file (or its bytes) without unpickling anything but plain data."""
+    name = "uploaded file" if isinstance(source, bytes) else str(source)
+    if isinstance(source, bytes):
+        data = source
+    else:
+        try:
+            data = Path(source).read_bytes()
+        except FileNotFoundError:
+            raise CheckpointError(f"{name}: no such file") from None
+        except IsADirectoryError:
+            raise CheckpointError(f"{name}: is a folder, not a checkpoint file") from None
+        except OSError as exc:
+            raise CheckpointError(f"{name}: cannot read ({exc.strerror})") from None
+    if not data:
+        raise CheckpointError(f"{name}: the file is empty (0 bytes); it is not a checkpoint")
+    try:
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" in str(exc) or "weights_only" in str(exc):
+            found = re.search(r"(GLOBAL|global) ([\w.]+)", str(exc))
+            what = f" ({found.group(2)})" if found else ""
+            raise CheckpointError(
+                f"{name}: refused, it holds Python objects{what} that could run code when loaded. "
+                "Only tensors and plain data are accepted; re-save the checkpoint as a state_dict.") from None
+        raise CheckpointError(f"{name}: not a PyTorch checkpoint ({_short(exc)})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, UnicodeDecodeError, OSError) as exc:
+        raise CheckpointError(f"{name}: not a readable PyTorch checkpoint, the file is truncated or "
+                              f"of another kind ({_short(exc)})") from None
+    return _interpret(obj, name)
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+
+
+def _interpret(obj: Any, name: str) -> Checkpoint:
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{name}: holds a {type(obj).__name__}, expected a checkpoint dict or state_dict")
+    if obj.get("format") == FORMAT:
+        try:
+            mcfg = ModelConfig(**obj["model_config"])
+            return Checkpoint(
+                model_config=mcfg, model_state=dict(obj["model_state"]), classes=list(obj["classes"]),
+                train_config=dict(obj.get("train_config", {})), epoch=int(obj.get("epoch", 0)),
+                step=int(obj.get("step", 0)), batch_in_epoch=int(obj.get("batch_in_epoch", 0)),
+                metrics=dict(obj.get("metrics", {})), optimizer_state=obj.get("optimizer_state"))
+        except (KeyError, TypeError) as exc:
+            raise CheckpointError(f"{name}: a {FORMAT} file with a damaged header ({exc})") from None
+    state = obj.get("state_dict", obj.get("model_state_dict", obj))
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{name}: a dict without model weights; expected a BiLSTM state_dict "
+                              "(keys lstm.weight_ih_l0 ... fc.bias)")
+    state = {k.removeprefix("module."): v for k, v in state.items()}
+    mcfg = infer_model_config(state, name)
+    return Checkpoint(model_config=mcfg, model_state=state, classes=[str(i) for i in range(mcfg.num_classes)],
+                      bare=True)
+
+
+def infer_model_config(state: dict[str, torch.Tensor], name: str = "state_dict") -> ModelConfig:
+    """Read hidden size, layers and classes off a bare BiLSTM state_dict's shapes."""
+    for key in ("lstm.weight_ih_l0", "lstm.weight_hh_l0", "fc.weight"):
+        if key not in state:
+            raise CheckpointError(f"{name}: missing {key}; this is not a state_dict of the blog's BiLSTM "
+                                  f"(found keys: {', '.join(list(state)[:6])}...)")
+    if "lstm.weight_ih_l0_reverse" not in state:
+        raise CheckpointError(f"{name}: the LSTM is not bidirectional (no lstm.weight_ih_l0_reverse)")
+    hidden = state["lstm.weight_hh_l0"].shape[1]
+    input_size = state["lstm.weight_ih_l0"].shape[1]
+    layers = len([k for k in state if re.fullmatch(r"lstm\.weight_ih_l\d+", k)])
+    num_classes, fc_in = state["fc.weight"].shape
+    if input_size != 28:
+        raise CheckpointError(f"{name}: the LSTM reads rows of {input_size} pixels; this dashboard feeds 28")
+    if fc_in != 2 * hidden:
+        raise CheckpointError(f"{name}: fc.weight takes {fc_in} inputs but the LSTM gives {2 * hidden}")
+    # A bare state_dict comes from the blog's script, whose head is out[:, -1, :].
+    return ModelConfig(input_size=28, hidden_size=hidden, num_layers=layers, num_classes=num_classes, head="last")
+
+
+def check_state_matches(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> None:
+    """Raise a CheckpointError naming each missing, extra or mis-shaped tensor."""
+    problems = []
+    for key in expected:
+        if key not in found:
+            problems.append(f"missing layer {key} (expected shape {tuple(expected[key].shape)})")
+        elif tuple(found[key].shape) != tuple(expected[key].shape):
+            problems.append(f"layer {key}: expected shape {tuple(expected[key].shape)}, "
+                            f"found {tuple(found[key].shape)}")
+    problems += [f"unexpected layer {key} {tuple(found[key].shape)}" for key in found if key not in expected]
+    if problems:
+        shown = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
+        raise CheckpointError("checkpoint does not fit the model: " + "; ".join(shown))

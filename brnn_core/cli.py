@@ -1,0 +1,219 @@
+"""Command line: `python -m brnn_core train | evaluate | predict | bench`.
+
+Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from .checkpoint import CheckpointError
+from .config import ConfigError, TrainConfig, parse_set
+from .data import DatasetError, default_data_dir
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class BadInput(Exception):
+    """Anything the user can fix by changing the command line."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (BadInput, ConfigError, CheckpointError, DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m brnn_core", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a model (a new run, or --resume one)")
+    train.add_argument("--config", help="JSON file of TrainConfig fields")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override one field, e.g. --set lr=0.001 (repeatable)")
+    train.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $BRNN_RUNS_DIR or ./runs)")
+    train.add_argument("--run-dir", type=Path, help="use exactly this run directory (the dashboard's worker does)")
+    train.add_argument("--resume", metavar="RUN", help="continue a run (directory or id) from its last.pt")
+    train.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
+    train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("evaluate", help="loss, accuracy and per-class accuracy of a checkpoint")
+    ev.add_argument("checkpoint", type=Path)
+    ev.add_argument("--dataset", required=True, help="mnist, fashion-mnist or mnist-sample")
+    ev.add_argument("--split", default="test", choices=["test", "train"])
+    ev.add_argument("--data-dir", type=Path, default=None)
+    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--batch-size", type=int, default=1000)
+    ev.set_defaults(func=cmd_evaluate)
+
+    pr = sub.add_parser("predict", help="classify image files with a checkpoint")
+    pr.add_argument("checkpoint", type=Path)
+    pr.add_argument("images", nargs="+", type=Path)
+    pr.add_argument("--top", type=int, default=3)
+    pr.set_defaults(func=cmd_predict)
+
+    bench = sub.add_parser("bench", help="benchmark suite (see bench/README)")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+# ---------------------------------------------------------------- train
+def cmd_train(args) -> int:
+    from .jobs import new_run_config
+    from .runs import Run, create_run, default_runs_dir, resolve_run
+    from .worker import run_training
+
+    data_dir = args.data_dir or default_data_dir()
+    runs_dir = args.runs_dir or default_runs_dir()
+    if args.resume:
+        if args.config or args.set:
+            raise BadInput("--resume continues a run with its own config; drop --config/--set "
+                           "(live values such as lr can be changed from the dashboard)")
+        try:
+            run = resolve_run(runs_dir, args.resume)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        state = run.status().get("state")
+        if state in ("running", "paused", "loading", "stopping"):
+            raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
+        resume = True
+    elif args.run_dir and (args.run_dir / "config.json").is_file():
+        run, resume = Run(args.run_dir), False  # a run directory the dashboard prepared
+        if args.config or args.set:
+            raise BadInput(f"{args.run_dir} already holds a run; drop --config/--set")
+    else:
+        cfg = load_train_config(args, data_dir)
+        if args.run_dir:
+            run = create_run(args.run_dir.parent, new_run_config(cfg, data_dir), run_id=args.run_dir.name)
+        else:
+            run = create_run(runs_dir, new_run_config(cfg, data_dir))
+        resume = False
+    print(f"run directory: {run.path}", flush=True)
+    state = run_training(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
+    status = run.status()
+    print(f"\n{status.get('message') or state}", flush=True)
+    return EXIT_OK if state in ("finished", "stopped") else EXIT_FAILURE
+
+
+def load_train_config(args, data_dir: Path) -> TrainConfig:
+    values: dict = {}
+    if args.config:
+        values.update(TrainConfig.from_file(args.config, check_device=False).to_dict())
+    overrides = parse_set(args.set)
+    if "dataset" not in values and "dataset" not in overrides:
+        from .data import default_dataset
+
+        values["dataset"] = default_dataset(data_dir)
+    values.update(overrides)
+    return TrainConfig.from_dict(values)
+
+
+class ProgressPrinter:
+    """A one-line progress bar on a terminal; throttled plain lines when logging to a file."""
+
+    def __init__(self):
+        self.tty = sys.stdout.isatty() and os.environ.get("BRNN_PROGRESS") != "plain"
+        self.last = 0.0
+
+    def __call__(self, kind: str, info: dict) -> None:
+        if kind == "log":
+            now = time.monotonic()
+            if not self.tty and now - self.last < 5.0:
+                return
+            self.last = now
+            done, total = info["steps_done"], max(info["total_steps"], 1)
+            width = 24
+            filled = int(width * min(done / total, 1.0))
+            sps = info["samples_per_s"]
+            steps_per_s = done / max(info["elapsed_s"], 1e-9)
+            eta = (total - done) / steps_per_s if steps_per_s > 0 else 0
+            line = (f"epoch {info['epoch'] + 1}/{info['live']['epochs']} [{'#' * filled}{'.' * (width - filled)}] "
+                    f"{done}/{total} loss {info['loss']:.4f} {sps:,.0f} samples/s ETA {format_eta(eta)}")
+            print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
+        elif kind == "epoch":
+            print(f"{'' if not self.tty else chr(10)}epoch {info['epoch']}: train loss {info['loss']:.4f}  "
+                  f"val loss {info['val_loss']:.4f}  val acc {100 * info['val_acc']:.2f}%", flush=True)
+        elif kind == "test":
+            print(f"test: loss {info['loss']:.4f}  accuracy {100 * info['accuracy']:.2f}%", flush=True)
+
+
+def format_eta(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+# ---------------------------------------------------------------- evaluate / predict
+def cmd_evaluate(args) -> int:
+    from .checkpoint import check_state_matches, load_checkpoint
+    from .config import device_problem, resolve_device
+    from .data import DATASETS, load_dataset
+    from .engine import evaluate
+
+    if args.dataset not in DATASETS:
+        raise BadInput(f"unknown dataset {args.dataset!r}; choose one of {', '.join(DATASETS)}")
+    if args.batch_size < 1:
+        raise BadInput("--batch-size must be at least 1")
+    problem = device_problem(args.device)
+    if problem:
+        raise BadInput(f"--device: {problem}")
+    ckpt = load_checkpoint(args.checkpoint)
+    classes = DATASETS[args.dataset].classes
+    if ckpt.model_config.num_classes != len(classes):
+        raise BadInput(f"{args.checkpoint} predicts {ckpt.model_config.num_classes} classes but "
+                       f"{args.dataset} has {len(classes)}")
+    device = resolve_device(args.device)
+    model = ckpt.build_model(device)
+    check_state_matches(model.state_dict(), ckpt.model_state)
+    ds = load_dataset(args.dataset, args.data_dir or default_data_dir())
+    x, y = (ds.test_x, ds.test_y) if args.split == "test" else (ds.train_x, ds.train_y)
+    t0 = time.perf_counter()
+    result = evaluate(model, x.to(device), y.to(device), batch_size=args.batch_size, num_classes=len(classes))
+    seconds = time.perf_counter() - t0
+    print(f"checkpoint: {args.checkpoint}")
+    print(f"dataset: {args.dataset} ({args.split}, {len(y)} images, {ds.source}) on {device}")
+    print(f"loss: {result.loss:.4f}")
+    print(f"accuracy: {100 * result.accuracy:.2f}%")
+    print("per-class accuracy:")
+    for name, acc in zip(classes, result.per_class, strict=False):
+        print(f"  {name:>12}: {100 * acc:6.2f}%")
+    print(f"time: {seconds:.2f}s ({len(y) / seconds:,.0f} images/s)")
+    return EXIT_OK
+
+
+def cmd_predict(args) -> int:
+    from .inference import Predictor, load_image
+
+    if args.top < 1:
+        raise BadInput("--top must be at least 1")
+    predictor = Predictor.from_checkpoint(args.checkpoint)
+    for path in args.images:
+        try:
+            probs = predictor.predict(load_image(path))
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        if probs is None:
+            print(f"{path}: blank image, nothing to classify")
+            continue
+        order = probs.argsort()[::-1][:args.top]
+        tops = ", ".join(f"{predictor.classes[i]} {100 * probs[i]:.1f}%" for i in order)
+        print(f"{path}: {tops}")
+    return EXIT_OK
+
+
+def cmd_bench(args) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args.rest)

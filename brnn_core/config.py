@@ -1,0 +1,250 @@
+"""Training configuration: one dataclass, validated in one place.
+
+Every entry point (CLI, dashboard form, worker) builds a `TrainConfig` and calls
+`validate()`, so a bad value is reported the same way everywhere: one `ConfigError`
+(a `ValueError`) that lists every bad field with what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample")
+HEADS = ("bidir", "last")
+OPTIMIZERS = ("adam", "adamw", "sgd")
+AMP_MODES = ("off", "bf16", "fp16")
+
+# Fields that may change while a run trains (sent through the control channel).
+LIVE_FIELDS = ("lr", "grad_clip", "epochs")
+
+
+class ConfigError(ValueError):
+    """Raised with every bad field at once; `errors` maps field -> message."""
+
+    def __init__(self, errors: dict[str, str]):
+        self.errors = dict(errors)
+        lines = [f"  {name}: {msg}" for name, msg in self.errors.items()]
+        super().__init__("invalid training config:\n" + "\n".join(lines))
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run. Defaults are the blog script's."""
+
+    dataset: str = field(default="mnist-sample", metadata={
+        "help": "Which 28x28 dataset to train on. mnist-sample (5,000 real MNIST digits) works offline."})
+    hidden_size: int = field(default=128, metadata={
+        "help": "LSTM hidden units per direction.", "range": (1, 4096)})
+    num_layers: int = field(default=2, metadata={
+        "help": "Stacked bidirectional LSTM layers.", "range": (1, 8)})
+    dropout: float = field(default=0.0, metadata={
+        "help": "Dropout between LSTM layers (needs 2+ layers).", "range": (0.0, 0.9)})
+    head: str = field(default="bidir", metadata={
+        "help": "bidir: forward state at the last row + backward state at the first row. "
+                "last: the blog's out[:, -1, :] (backward half has seen only the last row)."})
+    batch_size: int = field(default=100, metadata={
+        "help": "Images per training step.", "range": (1, 65536)})
+    epochs: int = field(default=2, metadata={
+        "help": "Passes over the training split.", "range": (1, 1000)})
+    lr: float = field(default=0.01, metadata={
+        "help": "Learning rate (can be changed while training).", "range": (1e-7, 10.0)})
+    optimizer: str = field(default="adam", metadata={
+        "help": "adam, adamw, or sgd (with momentum)."})
+    momentum: float = field(default=0.9, metadata={
+        "help": "SGD momentum (ignored by adam/adamw).", "range": (0.0, 0.999)})
+    weight_decay: float = field(default=0.0, metadata={
+        "help": "L2 penalty (decoupled for adamw).", "range": (0.0, 1.0)})
+    grad_clip: float = field(default=0.0, metadata={
+        "help": "Clip the gradient norm to this value; 0 turns clipping off.", "range": (0.0, 1e6)})
+    val_fraction: float = field(default=0.1, metadata={
+        "help": "Share of the training set held out for validation.", "range": (0.01, 0.5)})
+    seed: int = field(default=0, metadata={
+        "help": "Seed for weights and shuffling: same seed, same CPU loss curve.", "range": (0, 2**31 - 1)})
+    device: str = field(default="auto", metadata={
+        "help": "auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps."})
+    log_interval: int = field(default=10, metadata={
+        "help": "Log the training loss every N steps (the GPU is synced only then).", "range": (1, 100000)})
+    eval_batch_size: int = field(default=1000, metadata={
+        "help": "Images per evaluation batch (no gradients, so larger is fine).", "range": (1, 65536)})
+    amp: str = field(default="off", metadata={
+        "help": "Mixed precision: off, bf16 or fp16 (fp16 on CUDA only)."})
+
+    # ----------------------------------------------------------------- helpers
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def help_for(cls, name: str) -> str:
+        return next(f.metadata.get("help", "") for f in fields(cls) if f.name == name)
+
+    @classmethod
+    def range_for(cls, name: str) -> tuple | None:
+        return next(f.metadata.get("range") for f in fields(cls) if f.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, check_device: bool = True) -> TrainConfig:
+        """Build and validate from loose values (strings from a form or `--set`)."""
+        errors: dict[str, str] = {}
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, raw in data.items():
+            if key not in known:
+                errors[key] = f"unknown field; known fields are: {', '.join(known)}"
+                continue
+            try:
+                values[key] = _coerce(raw, type(getattr(cls(), key)))
+            except (TypeError, ValueError):
+                kind = type(getattr(cls(), key)).__name__
+                errors[key] = f"expected {_KIND_WORDS[kind]}, got {raw!r}"
+        cfg = cls(**values)
+        errors.update(cfg.errors(check_device=check_device))
+        # Type errors first: they explain why a range error may be missing.
+        if errors:
+            raise ConfigError(errors)
+        return cfg
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, check_device: bool = True) -> TrainConfig:
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError({"config": f"file not found: {path}"}) from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError({"config": f"{path} is not valid JSON ({exc})"}) from None
+        if not isinstance(data, dict):
+            raise ConfigError({"config": f"{path} must hold a JSON object of field: value"})
+        return cls.from_dict(data, check_device=check_device)
+
+    def errors(self, *, check_device: bool = True) -> dict[str, str]:
+        """Every problem with this config as field -> message (empty when valid)."""
+        errs: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            expected = type(getattr(TrainConfig(), f.name))
+            if expected is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+                setattr(self, f.name, value)
+            if not isinstance(value, expected) or isinstance(value, bool):
+                errs[f.name] = f"expected {_KIND_WORDS[expected.__name__]}, got {value!r}"
+                continue
+            rng = f.metadata.get("range")
+            if rng and not (rng[0] <= value <= rng[1]):  # NaN fails this comparison too
+                errs[f.name] = f"{value!r} is out of range; allowed {rng[0]:g} to {rng[1]:g}"
+        _choice(errs, self, "dataset", DATASET_NAMES)
+        _choice(errs, self, "head", HEADS)
+        _choice(errs, self, "optimizer", OPTIMIZERS)
+        _choice(errs, self, "amp", AMP_MODES)
+        if "device" not in errs:
+            msg = device_problem(self.device, check_available=check_device)
+            if msg:
+                errs["device"] = msg
+        if "amp" not in errs and self.amp == "fp16" and not str(self.device).startswith(("cuda", "auto")):
+            errs["amp"] = "fp16 needs a CUDA device; use bf16 or off on CPU"
+        return errs
+
+    def validate(self, *, check_device: bool = True) -> TrainConfig:
+        errs = self.errors(check_device=check_device)
+        if errs:
+            raise ConfigError(errs)
+        return self
+
+
+_KIND_WORDS = {"int": "a whole number", "float": "a number", "str": "text"}
+
+
+def _coerce(raw: Any, kind: type) -> Any:
+    """Turn a form/CLI value into the field's type; refuses lossy conversions."""
+    if isinstance(raw, kind) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, bool):
+        raise TypeError("booleans are not numbers")
+    if kind is int:
+        if isinstance(raw, float):
+            if not raw.is_integer():
+                raise ValueError(raw)
+            return int(raw)
+        text = str(raw).strip()
+        try:
+            return int(text)
+        except ValueError:
+            as_float = float(text)  # accepts "1e3"
+            if not as_float.is_integer():
+                raise
+            return int(as_float)
+    if kind is float:
+        return float(str(raw).strip()) if not isinstance(raw, int) else float(raw)
+    return str(raw).strip()
+
+
+def _choice(errs: dict, cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -> None:
+    if name not in errs and getattr(cfg, name) not in allowed:
+        errs[name] = f"{getattr(cfg, name)!r} is not one of: {', '.join(allowed)}"
+
+
+def device_problem(spec: str, *, check_available: bool = True) -> str | None:
+    """Why `spec` cannot be used as a device here, or None if it can."""
+    import torch
+
+    spec = spec.strip().lower()
+    if spec in ("auto", "cpu"):
+        return None
+    if spec == "mps":
+        if check_available and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            return "mps (Apple GPU) is not available on this machine; use auto or cpu"
+        return None
+    if spec == "cuda" or spec.startswith("cuda:"):
+        index = spec.partition(":")[2]
+        if index and not index.isdigit():
+            return f"{spec!r}: the GPU index must be a number, as in cuda:0"
+        if check_available:
+            if not torch.cuda.is_available():
+                return "CUDA is not available on this machine (no NVIDIA GPU or driver); use auto or cpu"
+            count = torch.cuda.device_count()
+            if index and int(index) >= count:
+                return f"{spec!r}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
+        return None
+    return f"{spec!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
+
+
+def resolve_device(spec: str):
+    """Turn a validated device spec into a torch.device (auto: CUDA, then MPS, then CPU)."""
+    import torch
+
+    spec = spec.strip().lower()
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    problem = device_problem(spec)
+    if problem:
+        raise ConfigError({"device": problem})
+    return torch.device(spec)
+
+
+def parse_set(pairs: list[str]) -> dict[str, str]:
+    """Parse `--set key=value` pairs; a pair without '=' is reported as a config error."""
+    out: dict[str, str] = {}
+    bad: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            bad[pair] = "expected key=value, as in --set lr=0.001"
+        else:
+            out[key] = value
+    if bad:
+        raise ConfigError(bad)
+    return out

@@ -1,0 +1,230 @@
+"""Training and evaluation loops. The train/eval mode switch lives here, in `mode()`, only.
+
+The blog script called `model.eval()` to validate and never switched back, so epoch 2
+ran backward in eval mode, which cuDNN's LSTM refuses ("cudnn RNN backward can only be
+called in training mode"). Here `train_one_epoch` always enters training mode and
+`evaluate` always enters eval mode and restores the previous mode on exit, whatever order
+they are called in.
+
+The loss is accumulated on the device and read back (a GPU sync) only every
+`log_interval` steps; a non-finite value read there stops the epoch as diverged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .data import to_input
+
+
+@contextlib.contextmanager
+def mode(model: nn.Module, training: bool) -> Iterator[nn.Module]:
+    """Put `model` in training or eval mode for the block, then restore its previous mode."""
+    previous = model.training
+    model.train(training)
+    try:
+        yield model
+    finally:
+        model.train(previous)
+
+
+def autocast(device: torch.device, amp: str):
+    """Mixed-precision context for `amp` in (off, bf16, fp16)."""
+    if amp == "off":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def make_optimizer(params: Iterable[torch.Tensor], name: str, lr: float, weight_decay: float = 0.0,
+                   momentum: float = 0.9) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}; use adam, adamw or sgd")
+
+
+@dataclass
+class LogPoint:
+    """What a training step log reports (one row of metrics.csv, split=train)."""
+
+    step: int
+    batch: int  # batches done in this epoch
+    loss: float  # mean over the steps since the previous log
+    samples_per_s: float
+    lr: float
+
+
+@dataclass
+class EpochResult:
+    step: int  # global optimizer step after the epoch
+    batches_done: int  # batches of this epoch that ran
+    loss: float  # mean training loss over those batches (nan if none)
+    completed: bool  # every batch ran
+    diverged: bool = False
+    stopped: bool = False
+
+
+@dataclass
+class EvalResult:
+    loss: float
+    accuracy: float
+    predictions: torch.Tensor  # (N,) predicted class, on CPU
+    probabilities: torch.Tensor  # (N, C) softmax, on CPU
+    per_class: list[float] = field(default_factory=list)  # accuracy per true class (nan if absent)
+
+
+def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+                    labels: torch.Tensor, index_batches: Iterable[torch.Tensor], *, step: int = 0,
+                    batch_offset: int = 0, grad_clip: Callable[[], float] = lambda: 0.0,
+                    log_interval: int = 10, on_log: Callable[[LogPoint], None] | None = None,
+                    before_step: Callable[[int], bool] | None = None, amp: str = "off") -> EpochResult:
+    """One pass of optimizer steps over `index_batches` (index tensors into images/labels).
+
+    `images` are uint8 (N, 28, 28) already on the model's device. `before_step(step)` is
+    called between steps (live controls, pause); returning False stops the epoch early.
+    `grad_clip()` is read every step so it can change while training.
+    """
+    device = images.device
+    running = torch.zeros((), device=device)  # loss summed on the device since the last log
+    total = torch.zeros((), device=device)
+    since_log = batches = 0
+    samples = 0
+    last_time = time.perf_counter()
+    with mode(model, True):
+        for idx in index_batches:
+            if before_step is not None:
+                t0 = time.perf_counter()
+                if not before_step(step):
+                    return EpochResult(step, batch_offset + batches, _mean(total, batches), False, stopped=True)
+                last_time += time.perf_counter() - t0  # time spent paused is not training time
+            x = to_input(images[idx])  # (B, 28, 28)
+            y = labels[idx]  # (B,)
+            with autocast(device, amp):
+                loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            clip = grad_clip()
+            if clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            step += 1
+            batches += 1
+            since_log += 1
+            samples += len(idx)
+            running += loss.detach().float()
+            total += loss.detach().float()
+            if since_log >= log_interval:
+                mean = (running / since_log).item()  # the only host sync in the loop
+                now = time.perf_counter()
+                if not math.isfinite(mean):
+                    return EpochResult(step, batch_offset + batches, mean, False, diverged=True)
+                if on_log is not None:
+                    on_log(LogPoint(step, batch_offset + batches, mean, samples / max(now - last_time, 1e-9),
+                                    optimizer.param_groups[0]["lr"]))
+                running.zero_()
+                since_log = samples = 0
+                last_time = now
+    mean = _mean(total, batches)
+    if not math.isfinite(mean):
+        return EpochResult(step, batch_offset + batches, mean, False, diverged=True)
+    return EpochResult(step, batch_offset + batches, mean, True)
+
+
+def _mean(total: torch.Tensor, n: int) -> float:
+    return (total / n).item() if n else float("nan")
+
+
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 1000,
+             amp: str = "off", num_classes: int | None = None) -> EvalResult:
+    """Loss, accuracy and predictions over a whole split, in eval mode with no autograd."""
+    device = images.device
+    loss_sum = torch.zeros((), device=device)
+    preds, probs = [], []
+    with mode(model, False), torch.inference_mode():
+        for i in range(0, len(images), batch_size):
+            x = to_input(images[i:i + batch_size])
+            y = labels[i:i + batch_size]
+            with autocast(device, amp):
+                logits = model(x).float()  # (B, C)
+            loss_sum += F.cross_entropy(logits, y, reduction="sum")
+            p = logits.softmax(dim=1)
+            probs.append(p)
+            preds.append(p.argmax(dim=1))
+    n = len(images)
+    pred = torch.cat(preds).cpu() if preds else torch.zeros(0, dtype=torch.long)
+    prob = torch.cat(probs).cpu() if probs else torch.zeros(0, num_classes or 10)
+    truth = labels.cpu()
+    correct = pred == truth
+    k = num_classes or prob.shape[1]
+    per_class = [float(correct[truth == c].float().mean()) if (truth == c).any() else float("nan") for c in range(k)]
+    return EvalResult(loss=(loss_sum / max(n, 1)).item(), accuracy=float(correct.float().mean()) if n else float("nan"),
+                      predictions=pred, probabilities=prob, per_class=per_class)
+
+
+def confusion_matrix(truth: torch.Tensor, pred: torch.Tensor, num_classes: int) -> list[list[int]]:
+    """counts[true][predicted]."""
+    flat = truth.long() * num_classes + pred.long()
+    counts = torch.bincount(flat, minlength=num_classes * num_classes)
+    return counts.view(num_classes, num_classes).tolist()
+
+
+@dataclass
+class FitHooks:
+    """How `fit` talks to the outside (run directory, live controls, progress bar)."""
+
+    before_step: Callable[[int], bool] | None = None  # False stops training
+    on_log: Callable[[int, LogPoint], None] | None = None  # (epoch, point)
+    on_epoch_end: Callable[[int, EpochResult, EvalResult], None] | None = None  # (epoch, train, val)
+    epochs: Callable[[], int] | None = None  # total epochs, may change live
+    grad_clip: Callable[[], float] | None = None
+
+
+@dataclass
+class FitResult:
+    state: str  # finished | stopped | diverged
+    epoch: int  # completed epochs
+    step: int
+    batch_in_epoch: int  # batches done in the unfinished epoch (0 unless stopped mid-epoch)
+    last_val: EvalResult | None = None
+
+
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tensor, train_y: torch.Tensor,
+        val_x: torch.Tensor, val_y: torch.Tensor, *, epochs: int, batch_size: int, seed: int,
+        log_interval: int = 10, eval_batch_size: int = 1000, amp: str = "off", start_epoch: int = 0,
+        start_batch: int = 0, step: int = 0, hooks: FitHooks | None = None) -> FitResult:
+    """Train for `epochs` epochs (from `start_epoch`/`start_batch` when resuming), validating after each."""
+    from .data import batches, epoch_order
+
+    hooks = hooks or FitHooks()
+    total_epochs = hooks.epochs or (lambda: epochs)
+    epoch, batch0, last_val = start_epoch, start_batch, None
+    while epoch < total_epochs():
+        order = epoch_order(len(train_x), seed, epoch).to(train_x.device)  # replayable for resume
+        on_log = (lambda p, e=epoch: hooks.on_log(e, p)) if hooks.on_log else None
+        result = train_one_epoch(model, optimizer, train_x, train_y, batches(order, batch_size, batch0),
+                                 step=step, batch_offset=batch0, grad_clip=hooks.grad_clip or (lambda: 0.0),
+                                 log_interval=log_interval, on_log=on_log, before_step=hooks.before_step, amp=amp)
+        step = result.step
+        if result.diverged:
+            return FitResult("diverged", epoch, step, result.batches_done, last_val)
+        if result.stopped:
+            return FitResult("stopped", epoch, step, result.batches_done, last_val)
+        last_val = evaluate(model, val_x, val_y, batch_size=eval_batch_size, amp=amp)
+        if not math.isfinite(last_val.loss):
+            return FitResult("diverged", epoch, step, result.batches_done, last_val)
+        epoch, batch0 = epoch + 1, 0
+        if hooks.on_epoch_end:
+            hooks.on_epoch_end(epoch, result, last_val)
+    return FitResult("finished", epoch, step, 0, last_val)

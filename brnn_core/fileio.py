@@ -1,0 +1,69 @@
+"""Crash-safe file writes: a reader never sees half a file or half a line.
+
+Whole files are written to a temp file in the same folder and renamed over the target
+(rename is atomic on POSIX and Windows). Log lines are appended with one `os.write` on an
+O_APPEND descriptor, so concurrent writers never interleave and a killed writer leaves
+either the whole line or nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write(fh)` on a temp file next to `path`, fsync it, then rename over `path`."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    blob = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
+    atomic_write(path, lambda fh: fh.write(blob))
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one whole line (newline added) with a single write call."""
+    data = (line.rstrip("\n") + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):  # disk full mid-line: never leave a partial line behind
+            os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
+            raise OSError(28, "No space left on device", str(path))
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return default
+
+
+def read_complete_lines(path: Path, offset: int = 0) -> tuple[list[str], int]:
+    """Lines from byte `offset` that end in a newline, and the offset after the last one."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    lines = data[:end].decode("utf-8", errors="replace").splitlines()
+    return lines, offset + end

@@ -1,0 +1,297 @@
+"""The run directory: the only state shared by the worker, the CLI and the dashboard.
+
+    runs/<run_id>/
+      config.json          the full TrainConfig plus dataset, versions, device
+      status.json          state, pid, heartbeat, step, epoch, message (atomic rewrite)
+      metrics.csv          step,epoch,split,loss,accuracy,lr,samples_per_s,elapsed_s
+      events.jsonl         commands applied, warnings, errors (one JSON object a line)
+      control.jsonl        commands from the dashboard to the worker (appended lines)
+      checkpoints/last.pt  and best.pt (lowest validation loss)
+      worker.log           the worker's stdout/stderr
+
+Every file is rewritten atomically or appended in whole lines, so a run killed at any
+moment still reads cleanly. A run whose worker died without saying so reads as
+`interrupted`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .fileio import append_line, atomic_write_json, read_complete_lines, read_json
+
+STATES = ("queued", "loading", "running", "paused", "stopping",
+          "finished", "failed", "diverged", "interrupted", "stopped")
+ACTIVE_STATES = ("queued", "loading", "running", "paused", "stopping")
+METRIC_COLUMNS = ["step", "epoch", "split", "loss", "accuracy", "lr", "samples_per_s", "elapsed_s"]
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+QUEUED_GRACE_S = 60.0  # a run created but never picked up by a worker for this long is dead
+
+
+class RunError(ValueError):
+    """A run that does not exist or a run id that is not acceptable."""
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get("BRNN_RUNS_DIR", "runs"))
+
+
+def validate_run_id(run_id: str) -> str:
+    """Run ids come from URLs and forms: only letters, digits, '.', '_' and '-'."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id) or ".." in run_id:
+        raise RunError(f"{run_id!r} is not a valid run id (letters, digits, '.', '_', '-' only)")
+    return run_id
+
+
+def new_run_id(dataset: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{dataset}-{secrets.token_hex(2)}"
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()) + f".{int(time.time() * 1000) % 1000:03d}"
+
+
+class Run:
+    """Reads and writes one run directory."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.id = self.path.name
+
+    # paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def status_path(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.csv"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def control_path(self) -> Path:
+        return self.path / "control.jsonl"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def last_ckpt(self) -> Path:
+        return self.checkpoint_dir / "last.pt"
+
+    @property
+    def best_ckpt(self) -> Path:
+        return self.checkpoint_dir / "best.pt"
+
+    def exists(self) -> bool:
+        return self.config_path.is_file()
+
+    # writing
+    def write_status(self, **fields: Any) -> dict:
+        status = read_json(self.status_path, {}) or {}
+        status.update(fields)
+        status["updated"] = time.time()
+        atomic_write_json(self.status_path, status)
+        return status
+
+    def log_metric(self, *, step: int, epoch: float, split: str, loss: float, accuracy: float | None = None,
+                   lr: float | None = None, samples_per_s: float | None = None, elapsed_s: float = 0.0) -> None:
+        values = [step, round(epoch, 4), split, loss, accuracy, lr, samples_per_s, round(elapsed_s, 3)]
+        append_line(self.metrics_path, ",".join("" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
+                                                for v in values))
+
+    def log_event(self, kind: str, message: str, *, step: int | None = None, **extra: Any) -> None:
+        record = {"time": now_iso(), "step": step, "kind": kind, "message": message, **extra}
+        append_line(self.events_path, json.dumps(record, default=str))
+
+    def send_command(self, cmd: str, **args: Any) -> str:
+        """Queue a command (pause, resume, stop, set) for the worker; returns its id."""
+        cid = uuid.uuid4().hex[:12]
+        append_line(self.control_path, json.dumps({"id": cid, "cmd": cmd, "time": now_iso(), **args}))
+        return cid
+
+    # reading
+    def config(self) -> dict:
+        return read_json(self.config_path, {}) or {}
+
+    def raw_status(self) -> dict:
+        return read_json(self.status_path, {}) or {}
+
+    def status(self) -> dict:
+        """status.json with the true state: an active run whose worker is gone is `interrupted`."""
+        status = self.raw_status()
+        state = status.get("state", "interrupted")
+        if state in ACTIVE_STATES and not worker_alive(status):
+            status["state"] = "interrupted"
+            status.setdefault("message", "")
+            status["message"] = "the worker stopped without saying why (killed or crashed); resume continues " \
+                                "from the last checkpoint"
+        return status
+
+    def metrics(self) -> pd.DataFrame:
+        lines, _ = read_complete_lines(self.metrics_path)
+        rows = [line.split(",") for line in lines[1:] if line.count(",") == len(METRIC_COLUMNS) - 1]
+        df = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+        for col in METRIC_COLUMNS:
+            if col != "split":
+                df[col] = pd.to_numeric(df[col], errors="coerce")
+        return df
+
+    def events(self) -> list[dict]:
+        lines, _ = read_complete_lines(self.events_path)
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+
+def worker_alive(status: dict) -> bool:
+    """True while the process named in status.json is the live worker of this run."""
+    pid = status.get("pid")
+    if not pid:
+        return time.time() - float(status.get("created", 0) or 0) < QUEUED_GRACE_S
+    import psutil
+
+    try:
+        proc = psutil.Process(int(pid))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = status.get("pid_started")
+        return started is None or abs(proc.create_time() - float(started)) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None) -> Run:
+    """Make a complete run directory in one rename: nobody ever sees a half-created run."""
+    runs_dir = Path(runs_dir)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    run_id = validate_run_id(run_id or new_run_id(str(config.get("dataset", "run"))))
+    final = runs_dir / run_id
+    if final.exists():
+        raise RunError(f"run {run_id} already exists in {runs_dir}")
+    staging = runs_dir / f".creating-{run_id}-{secrets.token_hex(3)}"
+    staging.mkdir()
+    try:
+        run = Run(staging)
+        run.checkpoint_dir.mkdir()
+        atomic_write_json(run.config_path, config)
+        atomic_write_json(run.status_path, {"state": "queued", "step": 0, "epoch": 0, "message": "queued",
+                                            "created": time.time(), "pid": None})
+        append_line(run.metrics_path, ",".join(METRIC_COLUMNS))
+        run.events_path.touch()
+        run.control_path.touch()
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Run(final)
+
+
+def resolve_run(runs_dir: Path, ref: str | Path) -> Run:
+    """A run from its id (inside runs_dir) or its directory path."""
+    path = Path(ref)
+    if path.is_dir() and (path / "config.json").is_file():
+        return Run(path)
+    run = Run(Path(runs_dir) / validate_run_id(str(ref)))
+    if not run.exists():
+        raise RunError(f"no run {ref!r} in {Path(runs_dir).resolve()}")
+    return run
+
+
+def list_runs(runs_dir: Path) -> list[Run]:
+    """Every complete run directory, newest first."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        return []
+    runs = [Run(p) for p in runs_dir.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and (p / "config.json").is_file()]
+    return sorted(runs, key=lambda r: r.id, reverse=True)
+
+
+SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "batch", "lr", "optimizer",
+                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device"]
+
+
+def summary(run: Run) -> dict:
+    """One row of the runs table."""
+    cfg = run.config()
+    status = run.status()
+    metrics = run.metrics()
+    val = metrics[metrics["split"] == "val"]
+    test = metrics[metrics["split"] == "test"]
+    tc = cfg.get("train", {})
+    started = status.get("started") or status.get("created")
+    ended = status.get("ended") or (time.time() if status.get("state") in ACTIVE_STATES else status.get("updated"))
+    return {
+        "run_id": run.id,
+        "state": status.get("state"),
+        "dataset": tc.get("dataset"),
+        "hidden": tc.get("hidden_size"),
+        "layers": tc.get("num_layers"),
+        "head": tc.get("head"),
+        "batch": tc.get("batch_size"),
+        "lr": tc.get("lr"),
+        "optimizer": tc.get("optimizer"),
+        "epochs": tc.get("epochs"),
+        "step": status.get("step"),
+        "best_val_acc": float(val["accuracy"].max()) if len(val) else None,
+        "test_acc": float(test["accuracy"].iloc[-1]) if len(test) else None,
+        "duration_s": round(float(ended) - float(started), 1) if started and ended else None,
+        "device": cfg.get("device"),
+    }
+
+
+def runs_table(runs_dir: Path) -> pd.DataFrame:
+    rows = [summary(r) for r in list_runs(runs_dir)]
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+@dataclass
+class RunData:
+    """A whole run read into memory for pandas users."""
+
+    run_id: str
+    config: dict
+    status: dict
+    metrics: pd.DataFrame
+    events: pd.DataFrame
+
+
+def read_run(path: Path | str) -> RunData:
+    run = Run(Path(path))
+    if not run.exists():
+        raise RunError(f"{path}: not a run directory (no config.json)")
+    return RunData(run.id, run.config(), run.status(), run.metrics(), pd.DataFrame(run.events()))
+
+
+def delete_run(runs_dir: Path, run_id: str) -> None:
+    """Remove a finished run; an active run must be stopped first."""
+    run = resolve_run(runs_dir, validate_run_id(run_id))
+    if run.status().get("state") in ACTIVE_STATES:
+        raise RunError(f"run {run_id} is still {run.status()['state']}; stop it before deleting")
+    trash = run.path.with_name(f".deleting-{run.id}-{secrets.token_hex(3)}")
+    os.rename(run.path, trash)  # vanish from listings at once, then remove
+    shutil.rmtree(trash, ignore_errors=True)

@@ -1,0 +1,224 @@
+"""One training run from start to finish, recorded in its run directory.
+
+This is what both `python -m brnn_core train` and the dashboard's background worker
+execute, so a CLI run and a dashboard run are the same code and can be watched the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .config import LIVE_FIELDS, TrainConfig, resolve_device
+from .data import DatasetError, load_dataset, split_train_val
+from .engine import EvalResult, FitHooks, LogPoint, confusion_matrix, evaluate, fit, make_optimizer
+from .fileio import atomic_write_json
+from .jobs import Controller
+from .model import BiLSTM, ModelConfig
+from .runs import Run
+
+CHECKPOINT_EVERY_S = 30.0  # also save last.pt this often mid-epoch, so a kill loses little
+MISCLASSIFIED_KEPT = 200
+
+
+def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
+    return ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_classes=num_classes,
+                       dropout=cfg.dropout, head=cfg.head)
+
+
+def run_training(run: Run, *, data_dir: Path, resume: bool = False,
+                 printer: Callable[[str, dict], None] | None = None) -> str:
+    """Train the run described by run/config.json; returns the final state."""
+    import psutil
+
+    me = psutil.Process(os.getpid())
+    run.write_status(state="loading", message="starting", pid=os.getpid(), pid_started=me.create_time(),
+                     heartbeat=time.time(), started=run.raw_status().get("started") or time.time(), ended=None)
+    try:
+        return _train(run, data_dir, resume, printer or (lambda kind, info: None))
+    except KeyboardInterrupt:
+        run.log_event("stop", "interrupted from the keyboard")
+        run.write_status(state="interrupted", message="interrupted from the keyboard", ended=time.time())
+        return "interrupted"
+    except (DatasetError, CheckpointError, ValueError) as exc:
+        return _fail(run, str(exc))
+    except OSError as exc:
+        return _fail(run, f"{exc.strerror or exc} ({exc.filename or run.path}): free disk space or make the "
+                          "runs folder writable, then resume this run")
+    except Exception as exc:  # noqa: BLE001 - a worker must always report why it ended
+        run_log_traceback(run)
+        return _fail(run, f"{type(exc).__name__}: {exc}")
+
+
+def run_log_traceback(run: Run) -> None:
+    with contextlib.suppress(OSError):
+        run.log_event("traceback", traceback.format_exc())
+
+
+def _fail(run: Run, message: str) -> str:
+    try:
+        run.log_event("error", message)
+        run.write_status(state="failed", message=message, ended=time.time())
+    except OSError:
+        pass  # the disk may be the problem; the process exit code still tells
+    return "failed"
+
+
+def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
+    config = run.config()
+    cfg = TrainConfig.from_dict(config.get("train", {}))
+    device = resolve_device(cfg.device)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+
+    run.write_status(state="loading", message=f"loading {cfg.dataset}")
+    ds = load_dataset(cfg.dataset, data_dir, progress=lambda msg: run.write_status(message=msg))
+    train_idx, val_idx = split_train_val(len(ds.train_y), cfg.val_fraction, cfg.seed)
+    ds = ds.to(device)
+    train_x, train_y = ds.train_x[train_idx.to(device)], ds.train_y[train_idx.to(device)]
+    val_x, val_y = ds.train_x[val_idx.to(device)], ds.train_y[val_idx.to(device)]
+
+    torch.manual_seed(cfg.seed)
+    model = BiLSTM(model_config_for(cfg, len(ds.classes))).to(device)
+    optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
+    start_epoch = start_batch = step = 0
+    best_val = math.inf
+    settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
+    if resume and run.last_ckpt.is_file():
+        ckpt = load_checkpoint(run.last_ckpt)
+        model.load_state_dict(ckpt.model_state)
+        if ckpt.optimizer_state:
+            optimizer.load_state_dict(ckpt.optimizer_state)
+        start_epoch, start_batch, step = ckpt.epoch, ckpt.batch_in_epoch, ckpt.step
+        settings.update({k: v for k, v in ckpt.train_config.get("live", {}).items() if k in settings})
+        for group in optimizer.param_groups:
+            group["lr"] = settings["lr"]
+        best_val = load_checkpoint(run.best_ckpt).metrics.get("val_loss", math.inf) if run.best_ckpt.is_file() \
+            else math.inf
+        run.log_event("resume", f"resumed from last.pt at epoch {start_epoch}, step {step}", step=step)
+    elif resume:
+        run.log_event("resume", "no checkpoint was saved yet: starting again from step 0", step=0)
+        run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])
+
+    steps_per_epoch = math.ceil(len(train_y) / cfg.batch_size)
+    config.update(device=str(device), device_name=_device_name(device),
+                  sizes={"train": len(train_y), "val": len(val_y), "test": len(ds.test_y)},
+                  classes=ds.classes, data_source=ds.source)
+    atomic_write_json(run.config_path, config)
+    t_start = time.perf_counter()
+    elapsed0 = float(run.raw_status().get("elapsed_s") or 0.0)
+    progress = {"epoch": start_epoch, "batch": start_batch}
+
+    def status_extra() -> dict:
+        done = progress["epoch"] * steps_per_epoch + progress["batch"]
+        return {"epoch": progress["epoch"], "batch": progress["batch"], "steps_per_epoch": steps_per_epoch,
+                "total_steps": settings["epochs"] * steps_per_epoch, "steps_done": done,
+                "elapsed_s": elapsed0 + time.perf_counter() - t_start, "live": dict(settings)}
+
+    controller = Controller(run, optimizer, settings, status_extra=status_extra)
+    last_save = [time.perf_counter()]
+
+    def save_last(epoch: int, batch: int, st: int, metrics: dict | None = None) -> None:
+        save_checkpoint(run.last_ckpt, model, classes=ds.classes, epoch=epoch, step=st, batch_in_epoch=batch,
+                        train_config={**cfg.to_dict(), "live": dict(settings)}, metrics=metrics,
+                        optimizer=optimizer)
+        last_save[0] = time.perf_counter()
+
+    def on_log(epoch: int, p: LogPoint) -> None:
+        progress.update(epoch=epoch, batch=p.batch)
+        run.log_metric(step=p.step, epoch=epoch + p.batch / steps_per_epoch, split="train", loss=p.loss,
+                       lr=p.lr, samples_per_s=p.samples_per_s, elapsed_s=status_extra()["elapsed_s"])
+        controller.step = p.step
+        run.write_status(state="running", message=f"epoch {epoch + 1}/{settings['epochs']}", step=p.step,
+                         heartbeat=time.time(), samples_per_s=p.samples_per_s, loss=p.loss, **status_extra())
+        printer("log", {**status_extra(), "loss": p.loss, "samples_per_s": p.samples_per_s, "step": p.step})
+        if time.perf_counter() - last_save[0] > CHECKPOINT_EVERY_S:
+            save_last(epoch, p.batch, p.step)
+
+    def on_epoch_end(epoch: int, result, val: EvalResult) -> None:
+        nonlocal best_val
+        progress.update(epoch=epoch, batch=0)
+        elapsed = status_extra()["elapsed_s"]
+        run.log_metric(step=result.step, epoch=epoch, split="val", loss=val.loss, accuracy=val.accuracy,
+                       lr=optimizer.param_groups[0]["lr"], elapsed_s=elapsed)
+        metrics = {"val_loss": val.loss, "val_acc": val.accuracy, "train_loss": result.loss}
+        save_last(epoch, 0, result.step, metrics)
+        if val.loss < best_val:
+            best_val = val.loss
+            save_checkpoint(run.best_ckpt, model, classes=ds.classes, epoch=epoch, step=result.step,
+                            train_config=cfg.to_dict(), metrics=metrics)
+        run.log_event("epoch", f"epoch {epoch}: train loss {result.loss:.4f}, val loss {val.loss:.4f}, "
+                               f"val acc {100 * val.accuracy:.2f}%", step=result.step)
+        run.write_status(step=result.step, val_loss=val.loss, val_acc=val.accuracy, **status_extra())
+        printer("epoch", {"epoch": epoch, "val_loss": val.loss, "val_acc": val.accuracy, "loss": result.loss})
+
+    run.write_status(state="running", message=f"training on {_device_name(device)}", step=step, **status_extra())
+    run.log_event("start", f"training {cfg.dataset} on {_device_name(device)}: {len(train_y)} train, "
+                           f"{len(val_y)} val images, {steps_per_epoch} steps per epoch", step=step)
+    hooks = FitHooks(before_step=controller, on_log=on_log, on_epoch_end=on_epoch_end,
+                     epochs=lambda: settings["epochs"], grad_clip=lambda: settings["grad_clip"])
+    result = fit(model, optimizer, train_x, train_y, val_x, val_y, epochs=cfg.epochs, batch_size=cfg.batch_size,
+                 seed=cfg.seed, log_interval=cfg.log_interval, eval_batch_size=cfg.eval_batch_size, amp=cfg.amp,
+                 start_epoch=start_epoch, start_batch=start_batch, step=step, hooks=hooks)
+    controller.step = result.step
+
+    if result.state == "diverged":
+        message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
+                   f"(now {settings['lr']:g}) or turn on gradient clipping; last.pt and best.pt hold the last "
+                   "good weights.")
+        run.log_event("diverged", message, step=result.step)
+        run.write_status(state="diverged", message=message, ended=time.time(), step=result.step)
+        return "diverged"
+    if result.state == "stopped":
+        progress.update(epoch=result.epoch, batch=result.batch_in_epoch)
+        save_last(result.epoch, result.batch_in_epoch, result.step)
+        run.log_event("stopped", f"stopped at step {result.step}; last.pt saved, resume continues from here",
+                      step=result.step)
+        run.write_status(state="stopped", message=f"stopped at step {result.step}, checkpoint saved",
+                         ended=time.time(), step=result.step, **status_extra())
+        return "stopped"
+
+    # Final report on the test set, with the best weights (lowest validation loss).
+    run.write_status(message="evaluating the best checkpoint on the test set")
+    if run.best_ckpt.is_file():
+        model.load_state_dict(load_checkpoint(run.best_ckpt).model_state)
+    test_x, test_y = ds.test_x, ds.test_y
+    test = evaluate(model, test_x, test_y, batch_size=cfg.eval_batch_size, amp=cfg.amp,
+                    num_classes=len(ds.classes))
+    run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
+                   elapsed_s=status_extra()["elapsed_s"])
+    write_report(run, test, test_y.cpu(), ds.classes, cfg.dataset)
+    message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(test_y)} images)"
+    run.log_event("finished", message, step=result.step)
+    run.write_status(state="finished", message=message, ended=time.time(), step=result.step,
+                     test_acc=test.accuracy, test_loss=test.loss, **status_extra())
+    printer("test", {"loss": test.loss, "accuracy": test.accuracy, "per_class": test.per_class})
+    return "finished"
+
+
+def write_report(run: Run, test: EvalResult, truth: torch.Tensor, classes: list[str], dataset: str) -> None:
+    """report.json: confusion matrix, per-class accuracy and misclassified test images (by index)."""
+    wrong = (test.predictions != truth).nonzero().flatten()
+    confidence = test.probabilities.max(dim=1).values
+    wrong = wrong[confidence[wrong].argsort(descending=True)][:MISCLASSIFIED_KEPT]
+    atomic_write_json(run.path / "report.json", {
+        "split": "test", "dataset": dataset, "classes": classes, "loss": test.loss, "accuracy": test.accuracy,
+        "per_class_accuracy": test.per_class,
+        "confusion_matrix": confusion_matrix(truth, test.predictions, len(classes)),
+        "misclassified": [{"index": int(i), "true": int(truth[i]), "pred": int(test.predictions[i]),
+                           "confidence": float(confidence[i])} for i in wrong],
+    })
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
