@@ -65,5 +65,6 @@ def read_complete_lines(path: Path, offset: int = 0) -> tuple[list[str], int]:
     except FileNotFoundError:
         return [], offset
     end = data.rfind(b"\n") + 1
-    lines = data[:end].decode("utf-8", errors="replace").splitlines()
+    # surrogateescape: line.encode("utf-8", "surrogateescape") gives back the exact bytes
+    lines = data[:end].decode("utf-8", errors="surrogateescape").split("\n")[:-1]
     return lines, offset + end

@@ -21,7 +21,7 @@ import torch
 
 from .config import LIVE_FIELDS, TrainConfig
 from .fileio import read_complete_lines
-from .runs import ACTIVE_STATES, Run, create_run
+from .runs import ACTIVE_STATES, Run, RunError, create_run, list_runs
 
 HEARTBEAT_S = 1.0
 PAUSE_POLL_S = 0.1
@@ -35,17 +35,14 @@ class Controller:
         self.optimizer = optimizer
         self.settings = settings  # live values: lr, grad_clip, epochs
         self.status_extra = status_extra or (lambda: {})
-        self.offset = 0
+        # Continue after the last command an earlier worker of this run applied (0 for a new run):
+        # commands sent while the worker was still loading data are applied, none twice.
+        self.offset = int(run.raw_status().get("control_offset") or 0)
         self.size = -1
         self.paused = False
         self.stop_requested = False
         self.step = 0
         self.last_beat = 0.0
-        self.skip_existing()
-
-    def skip_existing(self) -> None:
-        """Commands sent before this worker started were meant for an earlier one."""
-        _, self.offset = read_complete_lines(self.run.control_path)
 
     def __call__(self, step: int) -> bool:
         """Apply pending commands; block while paused. False means: stop now."""
@@ -66,8 +63,10 @@ class Controller:
         if size == self.size:  # cheap: one stat per step
             return
         self.size = size
-        lines, self.offset = read_complete_lines(self.run.control_path, self.offset)
+        lines, _ = read_complete_lines(self.run.control_path, self.offset)
         for line in lines:
+            # Advance before applying, so the offset saved with a stop does not replay it on resume.
+            self.offset += len(line.encode("utf-8", "surrogateescape")) + 1
             try:
                 command = json.loads(line)
             except json.JSONDecodeError:
@@ -114,17 +113,19 @@ class Controller:
                 group["lr"] = new
         self.run.log_event("set", f"{name} {old:g} -> {new:g} at step {self.step}", step=self.step,
                            command=cid, field=name, old=old, new=new)
-        self.run.write_status(live=dict(self.settings), **self.status_extra())
+        self.run.write_status(**{**self.status_extra(), "live": dict(self.settings)})
 
     def _state(self, state: str, message: str) -> None:
-        self.run.write_status(state=state, message=message, step=self.step, heartbeat=time.time(),
-                              live=dict(self.settings), **self.status_extra())
+        self.run.write_status(**{"live": dict(self.settings), **self.status_extra(), "state": state,
+                                 "message": message, "step": self.step, "heartbeat": time.time(),
+                                 "control_offset": self.offset})
 
     def heartbeat(self, force: bool = False) -> None:
         now = time.time()
         if force or now - self.last_beat >= HEARTBEAT_S:
             self.last_beat = now
-            self.run.write_status(heartbeat=now, step=self.step, **self.status_extra())
+            self.run.write_status(**{**self.status_extra(), "heartbeat": now, "step": self.step,
+                                     "control_offset": self.offset})
 
 
 def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
@@ -169,6 +170,11 @@ def new_run_config(cfg: TrainConfig, data_dir: Path | None) -> dict:
             "created": time.time()}
 
 
+def active_runs(runs_dir: Path) -> list[Run]:
+    """Runs whose worker is alive and not finished (queued, loading, running, paused, stopping)."""
+    return [r for r in list_runs(runs_dir) if r.status().get("state") in ACTIVE_STATES]
+
+
 class JobRegistry:
     """Processes this server started, by run id: only to reap them; disk is the truth.
 
@@ -180,8 +186,13 @@ class JobRegistry:
         self._procs: dict[str, subprocess.Popen] = {}
 
     def start(self, runs_dir: Path, cfg: TrainConfig, *, data_dir: Path | None = None) -> Run:
+        """Start a run unless one is already training: two quick clicks start exactly one."""
         with self._lock:
             self.reap()
+            busy = active_runs(runs_dir)
+            if busy:
+                raise RunError(f"run {busy[0].id} is still {busy[0].status()['state']}; "
+                               "stop it (or wait for it) before starting another")
             run, proc = start_worker(runs_dir, cfg, data_dir=data_dir)
             self._procs[run.id] = proc
             return run
@@ -189,8 +200,10 @@ class JobRegistry:
     def resume(self, run: Run, *, data_dir: Path | None = None) -> None:
         with self._lock:
             self.reap()
-            if run.status().get("state") in ACTIVE_STATES:
-                raise RuntimeError(f"run {run.id} is still {run.status()['state']}")
+            busy = active_runs(run.path.parent)
+            if busy:
+                raise RunError(f"run {busy[0].id} is still {busy[0].status()['state']}; "
+                               "stop it before resuming another")
             run.write_status(state="queued", message="resuming", pid=None, created=time.time())
             self._procs[run.id] = spawn_worker(run, data_dir=data_dir, resume=True)
 

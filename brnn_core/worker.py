@@ -19,14 +19,14 @@ import torch
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .config import LIVE_FIELDS, TrainConfig, resolve_device
 from .data import DatasetError, load_dataset, split_train_val
-from .engine import EvalResult, FitHooks, LogPoint, confusion_matrix, evaluate, fit, make_optimizer
+from .engine import EvalResult, FitHooks, LogPoint, evaluate, fit, make_optimizer
 from .fileio import atomic_write_json
 from .jobs import Controller
 from .model import BiLSTM, ModelConfig
+from .reports import write_report
 from .runs import Run
 
 CHECKPOINT_EVERY_S = 30.0  # also save last.pt this often mid-epoch, so a kill loses little
-MISCLASSIFIED_KEPT = 200
 
 
 def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
@@ -140,7 +140,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
         run.write_status(state="running", message=f"epoch {epoch + 1}/{settings['epochs']}", step=p.step,
                          heartbeat=time.time(), samples_per_s=p.samples_per_s, loss=p.loss, **status_extra())
         printer("log", {**status_extra(), "loss": p.loss, "samples_per_s": p.samples_per_s, "step": p.step})
-        if time.perf_counter() - last_save[0] > CHECKPOINT_EVERY_S:
+        # The logged loss predates the last update, so the weights may already be inf: never save those.
+        if time.perf_counter() - last_save[0] > CHECKPOINT_EVERY_S and _weights_finite(model):
             save_last(epoch, p.batch, p.step)
 
     def on_epoch_end(epoch: int, result, val: EvalResult) -> None:
@@ -171,9 +172,11 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     controller.step = result.step
 
     if result.state == "diverged":
+        saved = [p.name for p in (run.last_ckpt, run.best_ckpt) if p.is_file()]
         message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
-                   f"(now {settings['lr']:g}) or turn on gradient clipping; last.pt and best.pt hold the last "
-                   "good weights.")
+                   f"(now {settings['lr']:g}) or turn on gradient clipping; "
+                   + (f"{' and '.join(saved)} hold the last good weights." if saved
+                      else "no checkpoint was saved before it diverged."))
         run.log_event("diverged", message, step=result.step)
         run.write_status(state="diverged", message=message, ended=time.time(), step=result.step)
         return "diverged"
@@ -204,18 +207,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     return "finished"
 
 
-def write_report(run: Run, test: EvalResult, truth: torch.Tensor, classes: list[str], dataset: str) -> None:
-    """report.json: confusion matrix, per-class accuracy and misclassified test images (by index)."""
-    wrong = (test.predictions != truth).nonzero().flatten()
-    confidence = test.probabilities.max(dim=1).values
-    wrong = wrong[confidence[wrong].argsort(descending=True)][:MISCLASSIFIED_KEPT]
-    atomic_write_json(run.path / "report.json", {
-        "split": "test", "dataset": dataset, "classes": classes, "loss": test.loss, "accuracy": test.accuracy,
-        "per_class_accuracy": test.per_class,
-        "confusion_matrix": confusion_matrix(truth, test.predictions, len(classes)),
-        "misclassified": [{"index": int(i), "true": int(truth[i]), "pred": int(test.predictions[i]),
-                           "confidence": float(confidence[i])} for i in wrong],
-    })
+def _weights_finite(model: torch.nn.Module) -> bool:
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 def _device_name(device: torch.device) -> str:

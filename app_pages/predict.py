@@ -1,0 +1,116 @@
+"""Predict page: draw a digit, see the 28x28 image the model sees and its class probabilities."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+from streamlit_drawable_canvas import st_canvas
+
+from brnn_core import charts
+from brnn_core.checkpoint import CheckpointError
+from brnn_core.inference import Predictor, prepare
+from brnn_core.runs import list_runs
+from ui.common import folders
+
+MAX_UPLOAD_MB = 50
+runs_dir, _ = folders()
+st.title("Draw a digit")
+
+
+@st.cache_resource(max_entries=8, show_spinner="Loading the checkpoint…")
+def load_predictor(path: str, mtime: float) -> Predictor:
+    """One Predictor per checkpoint file version (mtime in the key reloads a rewritten last.pt)."""
+    return Predictor.from_checkpoint(path)
+
+
+def checkpoint_choices() -> dict[str, str]:
+    """label -> path for every run's best.pt and last.pt, with the validation accuracy they had.
+
+    Ordered best first: the best.pt with the highest validation accuracy is the default.
+    """
+    choices, scores = {}, {}
+    for run in list_runs(runs_dir):
+        metrics = run.metrics()
+        val = metrics[metrics["split"] == "val"]
+        for path, kind in ((run.best_ckpt, "best"), (run.last_ckpt, "last")):
+            if not path.is_file():
+                continue
+            acc, score = "", -1.0
+            if len(val):
+                row = val.loc[val["loss"].idxmin()] if kind == "best" else val.iloc[-1]
+                acc, score = f" · val acc {100 * row['accuracy']:.1f}%", float(row["accuracy"])
+            label = f"{run.id} · {kind}{acc}"
+            choices[label], scores[label] = str(path), score + (0.001 if kind == "best" else 0.0)
+    return dict(sorted(choices.items(), key=lambda item: -scores[item[0]]))
+
+
+def save_upload(data: bytes) -> Path:
+    """Uploaded checkpoints are stored under the runs folder by content hash, never by their own name."""
+    folder = runs_dir / ".uploads"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{hashlib.sha256(data).hexdigest()[:20]}.pt"
+    if not target.exists():
+        tmp = target.with_suffix(".part")
+        tmp.write_bytes(data)
+        tmp.replace(target)
+    return target
+
+
+choices = checkpoint_choices()
+side = st.sidebar
+side.subheader("Checkpoint")
+upload = side.file_uploader("…or upload a .pt / .ckpt file", type=["pt", "ckpt", "pth"],
+                            help="A checkpoint from this dashboard, or a bare state_dict like the blog's model.ckpt.")
+path = None
+if upload is not None:
+    data = upload.getvalue()
+    if len(data) > MAX_UPLOAD_MB * 2**20:
+        side.error(f"{upload.name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_UPLOAD_MB} MB.")
+    else:
+        path = str(save_upload(data))
+        side.caption(f"Using the uploaded {upload.name}.")
+if path is None:
+    if not choices:
+        st.info("No checkpoint yet. Train a model on the **Train** page (the defaults take about a minute on a "
+                "CPU), or upload a checkpoint in the sidebar.")
+        st.stop()
+    label = side.selectbox("Run checkpoint", list(choices), key="ckpt_choice")
+    path = choices[label]
+
+try:
+    predictor = load_predictor(path, Path(path).stat().st_mtime)
+except CheckpointError as exc:
+    st.error(f"This checkpoint cannot be used: {exc}")
+    st.stop()
+cfg = predictor.checkpoint.model_config
+bare = " (bare state_dict, shapes inferred)" if predictor.checkpoint.bare else ""
+side.caption(f"BiLSTM hidden {cfg.hidden_size}, {cfg.num_layers} layers, head {cfg.head}, "
+             f"{cfg.num_classes} classes{bare}")
+
+left, right = st.columns([1, 1], gap="large")
+with left:
+    stroke = st.slider("Stroke width", 5, 40, 20, help="About 20 px on this 280 px canvas matches MNIST's pen.")
+    st.session_state.setdefault("canvas_n", 0)
+    if st.button("Clear"):
+        st.session_state["canvas_n"] += 1
+    result = st_canvas(stroke_width=stroke, stroke_color="#FFFFFF", background_color="#000000", height=280,
+                       width=280, drawing_mode="freedraw", return_image_data=True,
+                       key=f"canvas_{st.session_state['canvas_n']}")
+    st.caption("Draw one digit, large and centred, white on black. Each stroke updates the prediction.")
+
+with right:
+    image = result.image_data if result is not None else None
+    x = prepare(np.asarray(image)) if image is not None else None
+    if x is None:
+        st.info("Draw a digit on the canvas to see what the model predicts.")
+    else:
+        probs = predictor.predict(x.numpy())
+        top = int(np.argmax(probs))
+        c1, c2 = st.columns([1, 1])
+        c1.image(np.kron(x.numpy(), np.ones((6, 6))), caption="What the model sees (28×28)", clamp=True)
+        c2.metric("Prediction", predictor.classes[top])
+        c2.caption(f"{100 * probs[top]:.1f}% probability")
+        st.plotly_chart(charts.probabilities_figure(probs, predictor.classes), key="probs", on_select="ignore")

@@ -1,0 +1,122 @@
+"""Runs page: every run in a table, overlaid curves, and one run's test report and files."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from brnn_core import charts
+from brnn_core.data import DatasetError, load_dataset
+from brnn_core.reports import compute_report, read_report
+from brnn_core.runs import ACTIVE_STATES, Run, RunError, delete_run, runs_table
+from ui.common import flash, folders, select_run, show_flashes, state_label
+
+runs_dir, data_dir = folders()
+st.title("Runs")
+show_flashes()
+table = runs_table(runs_dir)
+if table.empty:
+    st.info("No runs yet. Start one on the **Train** page.")
+    st.stop()
+
+shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100)
+picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
+                      column_config={
+                          "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
+                          "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
+                          "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
+                          "lr": st.column_config.NumberColumn("lr", format="%g"),
+                      })
+rows = picked.selection.rows if picked else []
+selected = [table.iloc[i]["run_id"] for i in rows] or list(table["run_id"][:1])
+st.caption("Select rows (the boxes on the left) to overlay their curves.")
+
+o1, o2, o3 = st.columns(3)
+smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smooth")
+log_y = o2.toggle("Log scale", key="cmp_log")
+curves = {rid: Run(runs_dir / rid).metrics() for rid in selected}
+c1, c2 = st.columns(2)
+c1.plotly_chart(charts.compare_figure(curves, smoothing=smoothing, what="train", log_y=log_y), key="cmp_train",
+                on_select="ignore")
+c2.plotly_chart(charts.compare_figure(curves, what="val", log_y=log_y), key="cmp_val", on_select="ignore")
+
+st.divider()
+run_id = st.selectbox("Inspect one run", list(table["run_id"]),
+                      index=list(table["run_id"]).index(selected[0]), key="inspect")
+run = Run(runs_dir / run_id)
+status = run.status()
+st.markdown(f"**{state_label(status.get('state'))}** · {status.get('message', '')}")
+
+
+@st.cache_data(max_entries=4, show_spinner="Loading test images…")
+def test_images(dataset: str) -> np.ndarray:
+    return load_dataset(dataset, data_dir, download=False).test_x.numpy()
+
+
+tab_report, tab_events, tab_files = st.tabs(["Test report", "Event log", "Files"])
+with tab_report:
+    report = read_report(run)
+    if report is None:
+        has_ckpt = run.best_ckpt.is_file() or run.last_ckpt.is_file()
+        st.info("No test report yet: it is written when a run finishes." +
+                (" You can compute it now from the saved checkpoint." if has_ckpt else ""))
+        if has_ckpt and st.button("Compute the test report"):
+            try:
+                with st.spinner("Evaluating on the test set…"):
+                    compute_report(run, data_dir)
+                st.rerun()
+            except (DatasetError, ValueError) as exc:
+                st.error(f"Cannot compute the report: {exc}")
+    else:
+        classes = report["classes"]
+        st.metric("Test accuracy", f"{100 * report['accuracy']:.2f}%",
+                  help=f"{report.get('size', '?')} test images, {report.get('checkpoint', 'best.pt')}")
+        r1, r2 = st.columns(2)
+        r1.plotly_chart(charts.confusion_figure(report["confusion_matrix"], classes), key="confusion",
+                        on_select="ignore")
+        r2.plotly_chart(charts.per_class_figure(report["per_class_accuracy"], classes), key="per_class",
+                        on_select="ignore")
+        wrong = report["misclassified"]
+        st.markdown(f"**Misclassified test images** ({len(wrong)} shown, most confident mistakes first)")
+        try:
+            images = test_images(report["dataset"])
+            cols = st.columns(8)
+            for k, item in enumerate(wrong[:48]):
+                cols[k % 8].image(images[item["index"]], width=72,
+                                  caption=f"true {classes[item['true']]} → {classes[item['pred']]} "
+                                          f"({100 * item['confidence']:.0f}%)")
+        except (DatasetError, IndexError) as exc:
+            st.warning(f"Test images unavailable: {exc}")
+
+with tab_events:
+    events = [e for e in run.events() if e.get("kind") != "traceback"]
+    if events:
+        st.dataframe([{k: e.get(k) for k in ("time", "step", "kind", "message")} for e in events],
+                     hide_index=True, key="events_table")
+    else:
+        st.caption("No events.")
+
+with tab_files:
+    st.download_button("Download metrics.csv", run.metrics_path.read_bytes(), file_name=f"{run.id}-metrics.csv",
+                       mime="text/csv")
+    if run.best_ckpt.is_file():
+        st.download_button("Download best checkpoint", run.best_ckpt.read_bytes(), file_name=f"{run.id}-best.pt",
+                           mime="application/octet-stream")
+    st.code(str(run.path.resolve()), language=None)
+    if st.button("Open on the Train page"):
+        select_run(run.id)
+        st.switch_page("app_pages/train.py")
+
+    def on_delete(rid: str) -> None:
+        try:
+            delete_run(runs_dir, rid)
+            flash("success", f"Deleted run {rid}.")
+        except (RunError, OSError) as exc:
+            flash("error", f"Not deleted: {exc}")
+
+    with st.expander("Delete this run"):
+        if status.get("state") in ACTIVE_STATES:
+            st.caption("Stop the run before deleting it.")
+        sure = st.checkbox(f"Yes, delete {run.id} and its checkpoints", key=f"sure_{run.id}")
+        st.button("Delete run", type="primary", disabled=not sure or status.get("state") in ACTIVE_STATES,
+                  on_click=on_delete, args=(run.id,))

@@ -1,0 +1,267 @@
+"""Train page: hyperparameters, Start/Pause/Resume/Stop, live controls and live charts."""
+
+from __future__ import annotations
+
+import streamlit as st
+import torch
+
+from brnn_core import charts
+from brnn_core.config import LIVE_FIELDS, ConfigError, TrainConfig
+from brnn_core.data import DATASETS, availability, default_dataset
+from brnn_core.runs import ACTIVE_STATES, Run, RunError
+from ui.common import flash, folders, registry, run_picker, select_run, show_flashes, state_label
+
+runs_dir, data_dir = folders()
+st.title("Train a bidirectional LSTM")
+st.caption("Each 28×28 image is read row by row: 28 steps of 28 pixels, forwards and backwards.")
+run = run_picker(runs_dir)
+status = run.status() if run else {}
+state = status.get("state")
+active = state in ACTIVE_STATES
+show_flashes()
+
+# ------------------------------------------------------------------ the form
+FIXED_WHILE_RUNNING = "Fixed while a run is training: it needs a new run (stop the current one first)."
+defaults = TrainConfig(dataset=default_dataset(data_dir))
+form = st.session_state.setdefault("form", defaults.to_dict())  # survives page changes
+
+
+error_slots: dict = {}
+
+
+def field(name: str, widget, **kwargs):
+    """Draw one config widget, remember its value, and keep a slot under it for its validation error."""
+    kwargs.setdefault("help", TrainConfig.help_for(name))
+    value = widget(key=f"w_{name}", **kwargs)
+    form[name] = value
+    error_slots[name] = st.empty()
+    return value
+
+
+def devices() -> dict[str, str]:
+    options = {"auto": "auto (GPU if there is one)", "cpu": "cpu"}
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        options[f"cuda:{i}"] = f"cuda:{i}: {props.name}, {props.total_memory / 2**30:.0f} GiB"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        options["mps"] = "mps (Apple GPU)"
+    return options
+
+
+def preset(name: str, value) -> dict:
+    """Widget kwargs whose starting value comes from the remembered form, not a reset default."""
+    if f"w_{name}" not in st.session_state:
+        st.session_state[f"w_{name}"] = value
+    return {}
+
+
+left, right = st.columns([1, 2], gap="large")
+with left:
+    st.subheader("Hyperparameters")
+    if active:
+        st.info(f"Run **{run.id}** is {state}. Architecture and data are fixed for it; "
+                "the learning rate, clipping and epochs can be changed live on the right.")
+    device_options = devices()
+    with st.expander("Data and device", expanded=True):
+        preset("dataset", form["dataset"])
+        field("dataset", st.selectbox, label="Dataset", options=list(DATASETS), disabled=active,
+              format_func=lambda n: DATASETS[n].title)
+        st.caption(f"{DATASETS[form['dataset']].description} **Status:** {availability(form['dataset'], data_dir)}")
+        preset("device", form["device"] if form["device"] in device_options else "auto")
+        field("device", st.selectbox, label="Device", options=list(device_options), disabled=active,
+              format_func=lambda d: device_options[d])
+        if not torch.cuda.is_available():
+            st.caption("No CUDA GPU on this machine: training runs on the CPU.")
+        preset("val_fraction", form["val_fraction"])
+        field("val_fraction", st.number_input, label="Validation fraction", step=0.05, format="%.2f",
+              disabled=active)
+    with st.expander("Model", expanded=True):
+        for name, label in (("hidden_size", "Hidden size"), ("num_layers", "LSTM layers")):
+            preset(name, form[name])
+            field(name, st.number_input, label=label, step=1, disabled=active)
+        preset("dropout", form["dropout"])
+        field("dropout", st.number_input, label="Dropout", step=0.05, format="%.2f", disabled=active)
+        preset("head", form["head"])
+        field("head", st.selectbox, label="Head", options=["bidir", "last"], disabled=active)
+        if active:
+            st.caption(FIXED_WHILE_RUNNING)
+    with st.expander("Optimisation", expanded=True):
+        preset("optimizer", form["optimizer"])
+        field("optimizer", st.selectbox, label="Optimizer", options=["adam", "adamw", "sgd"], disabled=active)
+        for name, label, fmt, step in (("lr", "Learning rate", "%.5f", 0.001), ("batch_size", "Batch size", None, 10),
+                                       ("epochs", "Epochs", None, 1), ("momentum", "SGD momentum", "%.3f", 0.05),
+                                       ("weight_decay", "Weight decay", "%.5f", 0.0001),
+                                       ("grad_clip", "Gradient clipping (0 = off)", "%.2f", 0.5)):
+            preset(name, form[name])
+            kwargs = {"format": fmt} if fmt else {}
+            field(name, st.number_input, label=label, step=step, disabled=active, **kwargs)
+    with st.expander("Advanced"):
+        for name, label in (("seed", "Seed"), ("log_interval", "Log every N steps"),
+                            ("eval_batch_size", "Evaluation batch size")):
+            preset(name, form[name])
+            field(name, st.number_input, label=label, step=1, disabled=active)
+        preset("amp", form["amp"])
+        field("amp", st.selectbox, label="Mixed precision", options=["off", "bf16", "fp16"], disabled=active)
+
+    try:
+        config = TrainConfig.from_dict(form)
+        errors = {}
+    except ConfigError as exc:
+        config, errors = None, exc.errors
+    for name, message in errors.items():
+        if name in error_slots:
+            error_slots[name].error(message, icon=":material/error:")
+
+
+# ------------------------------------------------------------------ buttons
+def on_start() -> None:
+    try:
+        new = registry().start(runs_dir, TrainConfig.from_dict(st.session_state["form"]), data_dir=data_dir)
+    except (ConfigError, RunError, OSError) as exc:
+        flash("error", f"Not started: {exc}")
+        return
+    select_run(new.id)
+    flash("success", f"Started run {new.id}.")
+
+
+def on_command(cmd: str) -> None:
+    run.send_command(cmd)
+    flash("info", {"pause": "Pausing…", "resume": "Resuming…", "stop": "Stopping: saving a checkpoint first…"}[cmd])
+
+
+def on_resume_checkpoint() -> None:
+    try:
+        registry().resume(run, data_dir=data_dir)
+    except (RunError, OSError) as exc:
+        flash("error", f"Cannot resume: {exc}")
+        return
+    flash("info", f"Resuming {run.id} from its last checkpoint…")
+
+
+# ------------------------------------------------------------------ live controls
+def on_apply_live(current: dict) -> None:
+    sent = []
+    for name in LIVE_FIELDS:
+        value = st.session_state.get(f"live_{name}")
+        if value is not None and value != current.get(name):
+            cid = run.send_command("set", field=name, value=value)
+            st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = f"{name} → {value:g}"
+            sent.append(f"{name} → {value:g}")
+    flash("info", "Sent: " + ", ".join(sent) if sent else "Nothing changed.")
+
+
+can_resume_ckpt = run is not None and state in ("stopped", "interrupted") and run.last_ckpt.is_file()
+with right:
+    b1, b2, b3, b4 = st.columns(4)
+    if errors:
+        st.error("Fix the highlighted hyperparameters before starting: " + ", ".join(errors))
+    b1.button("Start training", type="primary", on_click=on_start, disabled=bool(errors) or active,
+              help="Creates a new run and trains it in the background.", use_container_width=True)
+    b2.button("Pause", on_click=on_command, args=("pause",), disabled=state not in ("running", "loading"),
+              use_container_width=True)
+    if can_resume_ckpt:
+        b3.button("Resume", on_click=on_resume_checkpoint, use_container_width=True,
+                  help="Continue this run from checkpoints/last.pt.")
+    else:
+        b3.button("Resume", on_click=on_command, args=("resume",), disabled=state != "paused",
+                  use_container_width=True)
+    b4.button("Stop", on_click=on_command, args=("stop",), disabled=not active,
+              help="Saves last.pt, then ends the run (it can be resumed).", use_container_width=True)
+
+
+with right:
+    if run is None:
+        st.info("No runs yet: pick hyperparameters on the left and press **Start training**. "
+                "The defaults are the blog's (hidden 128, 2 layers, batch 100, lr 0.01, Adam, 2 epochs).")
+        st.stop()
+    if active:
+        live = status.get("live") or {k: run.config().get("train", {}).get(k) for k in LIVE_FIELDS}
+        with st.container(border=True):
+            st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
+            c1, c2, c3, c4 = st.columns([2, 2, 2, 1], vertical_alignment="bottom")
+            c1.number_input("Learning rate", value=float(live["lr"]), format="%.5f", step=0.001, key="live_lr",
+                            min_value=0.0)
+            c2.number_input("Gradient clipping", value=float(live["grad_clip"]), step=0.5, key="live_grad_clip",
+                            min_value=0.0)
+            c3.number_input("Total epochs", value=int(live["epochs"]), step=1, key="live_epochs", min_value=1)
+            c4.button("Apply", on_click=on_apply_live, args=(live,), use_container_width=True)
+    o1, o2 = st.columns(2)
+    smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, help="Exponential moving average, as in TensorBoard.")
+    log_y = o2.toggle("Log scale (loss)", value=False)
+
+
+def eta_text(s: dict) -> str:
+    done, total, elapsed = s.get("step") or 0, s.get("total_steps") or 0, s.get("elapsed_s") or 0.0
+    if not total:
+        return ""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    eta = (total - done) / rate if rate > 0 else None
+    eta_s = f"{int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else "…"
+    sps = s.get("samples_per_s")
+    return (f"epoch {min((s.get('epoch') or 0) + 1, s['live']['epochs'] if s.get('live') else 1)}"
+            f"/{(s.get('live') or {}).get('epochs', '?')} · step {done}/{total}"
+            + (f" · {sps:,.0f} samples/s" if sps else "") + f" · ETA {eta_s}")
+
+
+def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool) -> list:
+    """Rebuild the four figures only when metrics.csv grew or a chart option changed."""
+    key = (live_run.id, len(metrics), smoothing, log_y)
+    cache = st.session_state.get("_figures")
+    if cache is None or cache[0] != key:
+        rev = live_run.id  # uirevision: the user's zoom survives redraws of the same run
+        figures = [charts.train_loss_figure(metrics, smoothing=smoothing, log_y=log_y, revision=rev),
+                   charts.epoch_loss_figure(metrics, revision=rev), charts.accuracy_figure(metrics, revision=rev),
+                   charts.lr_figure(metrics, revision=rev)]
+        cache = (key, figures)
+        st.session_state["_figures"] = cache
+    return cache[1]
+
+
+@st.fragment(run_every=1.0)
+def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool) -> None:
+    """Re-reads the run directory every second; a state change reruns the whole page (buttons)."""
+    live_run = Run(run_path)
+    s = live_run.status()
+    if s.get("state") != seen_state:
+        st.rerun()
+    st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`")
+    if s.get("message"):
+        kind = {"failed": st.error, "diverged": st.error, "interrupted": st.warning}.get(s.get("state"), st.caption)
+        kind(s["message"])
+    total = s.get("total_steps") or 0
+    st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0, text=eta_text(s) or "waiting…")
+    events = live_run.events()
+    acks = {e.get("command"): e for e in events if e.get("command")}
+    for cid, what in list(st.session_state.get("pending", {}).get(live_run.id, {}).items())[-3:]:
+        if cid in acks:
+            e = acks[cid]
+            if e["kind"] == "set":
+                st.success(f"{what}: applied, {e['message']}", icon=":material/check:")
+            else:
+                st.warning(f"{what}: {e['message']}")
+        else:
+            st.caption(f"{what}: waiting for the worker…")
+    metrics = live_run.metrics()
+    m1, m2, m3, m4 = st.columns(4)
+    train = metrics[metrics["split"] == "train"]
+    val = metrics[metrics["split"] == "val"]
+    m1.metric("train loss", f"{train['loss'].iloc[-1]:.4f}" if len(train) else "–")
+    m2.metric("val loss", f"{val['loss'].iloc[-1]:.4f}" if len(val) else "–")
+    m3.metric("val accuracy", f"{100 * val['accuracy'].iloc[-1]:.2f}%" if len(val) else "–")
+    m4.metric("test accuracy", f"{100 * s['test_acc']:.2f}%" if s.get("test_acc") is not None else "–")
+    figures = cached_figures(live_run, metrics, smoothing, log_y)
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(figures[0], key="chart_train", on_select="ignore")
+    c2.plotly_chart(figures[1], key="chart_epoch", on_select="ignore")
+    c3, c4 = st.columns(2)
+    c3.plotly_chart(figures[2], key="chart_acc", on_select="ignore")
+    c4.plotly_chart(figures[3], key="chart_lr", on_select="ignore")
+    with st.expander(f"Event log ({len(events)})", expanded=False):
+        for e in reversed(events[-50:]):
+            if e.get("kind") != "traceback":
+                step = f"step {e['step']} · " if e.get("step") is not None else ""
+                st.text(f"{e['time'][11:19]} · {step}{e['kind']}: {e['message']}")
+
+
+with right:
+    live_panel(str(run.path), state, smoothing, log_y)

@@ -1,0 +1,143 @@
+"""Plotly figures for the dashboard, built from run-directory DataFrames.
+
+Pure functions (no Streamlit) so they can be tested and reused from a notebook. Every
+figure sets `uirevision`, so a redraw with new points keeps the user's zoom and pan.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=300, legend=dict(orientation="h", y=-0.25),
+              hovermode="x unified")
+
+
+def ema(values: np.ndarray | pd.Series, weight: float) -> np.ndarray:
+    """TensorBoard's debiased exponential moving average (weight 0 = raw, 0.99 = very smooth)."""
+    values = np.asarray(values, dtype=float)
+    out = np.empty_like(values)
+    last, debias = 0.0, 0.0
+    for i, v in enumerate(values):
+        if not math.isfinite(v):
+            out[i] = v
+            continue
+        last = last * weight + (1 - weight) * v
+        debias = debias * weight + (1 - weight)
+        out[i] = last / debias if debias else v
+    return out
+
+
+def _figure(title: str, revision: str, *, x_title: str, y_title: str, log_y: bool = False) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=title, uirevision=revision, xaxis_title=x_title, yaxis_title=y_title, **LAYOUT)
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def train_loss_figure(metrics: pd.DataFrame, *, smoothing: float = 0.6, log_y: bool = False,
+                      revision: str = "train") -> go.Figure:
+    """Per-step training loss: faint raw line plus the smoothed one."""
+    fig = _figure("Training loss (per step)", revision, x_title="step", y_title="loss", log_y=log_y)
+    train = metrics[metrics["split"] == "train"]
+    if len(train):
+        fig.add_scatter(x=train["step"], y=train["loss"], name="raw", mode="lines",
+                        line=dict(color="rgba(31,119,180,0.3)", width=1))
+        fig.add_scatter(x=train["step"], y=ema(train["loss"], smoothing), name=f"smoothed ({smoothing:.2f})",
+                        mode="lines", line=dict(color="rgb(31,119,180)", width=2))
+    return fig
+
+
+def epoch_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per finished epoch: mean training loss over the epoch, validation loss and accuracy."""
+    train = metrics[metrics["split"] == "train"].copy()
+    val = metrics[metrics["split"] == "val"]
+    if not len(val):
+        return pd.DataFrame(columns=["epoch", "train_loss", "val_loss", "val_acc", "step"])
+    # A train row logged at fractional epoch e belongs to epoch ceil(e) (1-based).
+    train["epoch_no"] = np.ceil(train["epoch"].round(6)).clip(lower=1)
+    means = train.groupby("epoch_no")["loss"].mean()
+    rows = []
+    for _, v in val.iterrows():
+        e = int(round(v["epoch"]))
+        rows.append({"epoch": e, "train_loss": means.get(e, np.nan), "val_loss": v["loss"],
+                     "val_acc": v["accuracy"], "step": v["step"]})
+    return pd.DataFrame(rows)
+
+
+def epoch_loss_figure(metrics: pd.DataFrame, *, revision: str = "epoch") -> go.Figure:
+    fig = _figure("Loss per epoch", revision, x_title="epoch", y_title="loss")
+    table = epoch_table(metrics)
+    if len(table):
+        fig.add_scatter(x=table["epoch"], y=table["train_loss"], name="train", mode="lines+markers")
+        fig.add_scatter(x=table["epoch"], y=table["val_loss"], name="validation", mode="lines+markers")
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def accuracy_figure(metrics: pd.DataFrame, *, revision: str = "acc") -> go.Figure:
+    fig = _figure("Validation accuracy", revision, x_title="epoch", y_title="accuracy (%)")
+    table = epoch_table(metrics)
+    if len(table):
+        fig.add_scatter(x=table["epoch"], y=100 * table["val_acc"], name="validation", mode="lines+markers",
+                        line=dict(color="rgb(44,160,44)"))
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr") -> go.Figure:
+    fig = _figure("Learning rate", revision, x_title="step", y_title="lr", log_y=True)
+    train = metrics[metrics["split"] == "train"]
+    if len(train):
+        fig.add_scatter(x=train["step"], y=train["lr"], name="lr", mode="lines", line=dict(shape="hv"))
+    return fig
+
+
+def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, what: str = "train",
+                   log_y: bool = False) -> go.Figure:
+    """Overlay several runs: smoothed training loss by step, or validation loss by epoch."""
+    title = "Training loss (smoothed)" if what == "train" else "Validation loss"
+    fig = _figure(title, "compare-" + what, x_title="step" if what == "train" else "epoch", y_title="loss",
+                  log_y=log_y)
+    for name, metrics in curves.items():
+        if what == "train":
+            part = metrics[metrics["split"] == "train"]
+            if len(part):
+                fig.add_scatter(x=part["step"], y=ema(part["loss"], smoothing), name=name, mode="lines")
+        else:
+            part = metrics[metrics["split"] == "val"]
+            if len(part):
+                fig.add_scatter(x=part["epoch"], y=part["loss"], name=name, mode="lines+markers")
+    return fig
+
+
+def probabilities_figure(probs: np.ndarray, classes: list[str]) -> go.Figure:
+    top = int(np.argmax(probs))
+    colors = ["rgb(214,39,40)" if i == top else "rgb(120,120,120)" for i in range(len(probs))]
+    fig = go.Figure(go.Bar(x=classes, y=100 * probs, marker_color=colors,
+                           text=[f"{100 * p:.1f}%" for p in probs], textposition="outside"))
+    fig.update_layout(title="Class probabilities", yaxis=dict(range=[0, 110], title="%"),
+                      xaxis=dict(type="category"), margin=dict(l=10, r=10, t=40, b=10), height=300)
+    return fig
+
+
+def confusion_figure(matrix: list[list[int]], classes: list[str]) -> go.Figure:
+    m = np.asarray(matrix)
+    fig = go.Figure(go.Heatmap(z=m, x=classes, y=classes, colorscale="Blues", text=m, texttemplate="%{text}",
+                               hovertemplate="true %{y}, predicted %{x}: %{z}<extra></extra>"))
+    fig.update_layout(title="Confusion matrix (test set)", xaxis=dict(title="predicted", type="category"),
+                      yaxis=dict(title="true", type="category", autorange="reversed"),
+                      margin=dict(l=10, r=10, t=40, b=10), height=420)
+    return fig
+
+
+def per_class_figure(per_class: list[float], classes: list[str]) -> go.Figure:
+    fig = go.Figure(go.Bar(x=classes, y=[100 * a for a in per_class],
+                           text=[f"{100 * a:.1f}%" for a in per_class], textposition="outside"))
+    fig.update_layout(title="Per-class accuracy (test set)", yaxis=dict(range=[0, 110], title="%"),
+                      xaxis=dict(type="category"), margin=dict(l=10, r=10, t=40, b=10), height=320)
+    return fig

@@ -1,0 +1,52 @@
+"""The test-set report of a run: confusion matrix, per-class accuracy, misclassified images.
+
+Written by the worker when a run finishes (report.json); for a run that stopped early the
+dashboard can compute it on demand from a checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .checkpoint import load_checkpoint
+from .data import load_dataset
+from .engine import EvalResult, confusion_matrix, evaluate
+from .fileio import atomic_write_json, read_json
+from .runs import Run
+
+MISCLASSIFIED_KEPT = 200
+
+
+def write_report(run: Run, test: EvalResult, truth: torch.Tensor, classes: list[str], dataset: str,
+                 checkpoint: str = "best.pt") -> dict:
+    """report.json: the misclassified test images are kept by index, most confident mistakes first."""
+    wrong = (test.predictions != truth).nonzero().flatten()
+    confidence = test.probabilities.max(dim=1).values
+    wrong = wrong[confidence[wrong].argsort(descending=True)][:MISCLASSIFIED_KEPT]
+    report = {
+        "split": "test", "dataset": dataset, "classes": classes, "checkpoint": checkpoint,
+        "loss": test.loss, "accuracy": test.accuracy, "size": len(truth),
+        "per_class_accuracy": test.per_class,
+        "confusion_matrix": confusion_matrix(truth, test.predictions, len(classes)),
+        "misclassified": [{"index": int(i), "true": int(truth[i]), "pred": int(test.predictions[i]),
+                           "confidence": float(confidence[i])} for i in wrong],
+    }
+    atomic_write_json(run.path / "report.json", report)
+    return report
+
+
+def read_report(run: Run) -> dict | None:
+    return read_json(run.path / "report.json")
+
+
+def compute_report(run: Run, data_dir: Path, *, device: str = "cpu") -> dict:
+    """Evaluate the run's best (else last) checkpoint on the test set and write report.json."""
+    path = run.best_ckpt if run.best_ckpt.is_file() else run.last_ckpt
+    ckpt = load_checkpoint(path)
+    dataset = run.config().get("dataset") or run.config().get("train", {}).get("dataset")
+    ds = load_dataset(dataset, data_dir, download=False)
+    model = ckpt.build_model(device)
+    result = evaluate(model, ds.test_x.to(device), ds.test_y.to(device), num_classes=len(ds.classes))
+    return write_report(run, result, ds.test_y, ds.classes, dataset, checkpoint=path.name)

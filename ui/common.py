@@ -1,0 +1,100 @@
+"""What every page needs: folders, the shared job registry, the current run, small widgets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from brnn_core.data import default_data_dir
+from brnn_core.jobs import JobRegistry
+from brnn_core.runs import ACTIVE_STATES, Run, RunError, default_runs_dir, list_runs, validate_run_id
+
+# Streamlit's built-in Material icons and colours: they render without any emoji font.
+STATE_STYLE = {"queued": ("gray", "hourglass_empty"), "loading": ("gray", "hourglass_top"),
+               "running": ("green", "play_circle"), "paused": ("orange", "pause_circle"),
+               "stopping": ("orange", "stop_circle"), "finished": ("blue", "check_circle"),
+               "stopped": ("gray", "stop_circle"), "failed": ("red", "error"), "diverged": ("red", "trending_up"),
+               "interrupted": ("orange", "warning")}
+
+
+def folders() -> tuple[Path, Path]:
+    """Runs and data folders ($BRNN_RUNS_DIR, $BRNN_DATA_DIR; default ./runs and ./data)."""
+    runs_dir = default_runs_dir()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    return runs_dir, default_data_dir()
+
+
+@st.cache_resource
+def registry() -> JobRegistry:
+    """One registry per server, shared by all sessions (it is thread-safe)."""
+    return JobRegistry()
+
+
+def state_label(state: str | None) -> str:
+    """Markdown for a run state, e.g. ':green[:material/play_circle: running]'."""
+    color, icon = STATE_STYLE.get(state or "", ("gray", "help"))
+    return f":{color}[:material/{icon}: {state or 'unknown'}]"
+
+
+def current_run(runs_dir: Path) -> Run | None:
+    """The selected run: ?run=<id> in the URL, else this session's pick, else the newest active/any run.
+
+    Kept in the URL so a browser refresh or a second tab shows the same run.
+    """
+    runs = list_runs(runs_dir)
+    wanted = st.query_params.get("run") or st.session_state.get("current_run")
+    if wanted:
+        try:
+            validate_run_id(wanted)
+            run = Run(runs_dir / wanted)
+            if run.exists():
+                return run
+        except RunError:
+            pass
+    active = [r for r in runs if r.status().get("state") in ACTIVE_STATES]
+    return (active or runs or [None])[0]
+
+
+def select_run(run_id: str | None) -> None:
+    st.session_state["current_run"] = run_id
+    if run_id:
+        st.query_params["run"] = run_id
+    elif "run" in st.query_params:
+        del st.query_params["run"]
+
+
+def run_picker(runs_dir: Path, *, label: str = "Current run", key: str = "run_picker") -> Run | None:
+    """Sidebar select box of all runs; the choice becomes the current run."""
+    runs = list_runs(runs_dir)
+    run = current_run(runs_dir)
+    if not runs:
+        st.sidebar.caption("No runs yet.")
+        return None
+    ids = [r.id for r in runs]
+    states = {r.id: r.status().get("state") for r in runs}
+    index = ids.index(run.id) if run and run.id in ids else 0
+
+    def changed() -> None:
+        select_run(st.session_state[key])
+
+    st.session_state[key] = ids[index]
+    st.sidebar.selectbox(label, ids, key=key, on_change=changed,
+                         format_func=lambda i: f"{i} ({states.get(i)})")
+    select_run(ids[index])
+    return Run(runs_dir / ids[index])
+
+
+def flash(kind: str, message: str) -> None:
+    """Show a message on the next rerun (callbacks run before the page draws)."""
+    st.session_state.setdefault("_flash", []).append((kind, message))
+
+
+def show_flashes() -> None:
+    for kind, message in st.session_state.pop("_flash", []):
+        getattr(st, kind)(message)
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")
