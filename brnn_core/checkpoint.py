@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import pickle
 import re
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,14 +91,18 @@ def load_checkpoint(source: Path | str | bytes) -> Checkpoint:
     try:
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "Weights only load failed" in str(exc) or "weights_only" in str(exc):
+        # The weights-only unpickler says "Weights only load failed" for any bad byte; only these
+        # reasons mean the file really carries code (a global or a call to run while loading).
+        if re.search(r"GLOBAL|allowlisted|call reduce", str(exc)):
             found = re.search(r"(GLOBAL|global) ([\w.]+)", str(exc))
             what = f" ({found.group(2)})" if found else ""
             raise CheckpointError(
                 f"{name}: refused, it holds Python objects{what} that could run code when loaded. "
                 "Only tensors and plain data are accepted; re-save the checkpoint as a state_dict.") from None
-        raise CheckpointError(f"{name}: not a PyTorch checkpoint ({_short(exc)})") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, UnicodeDecodeError, OSError) as exc:
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(exc))
+        raise CheckpointError(f"{name}: not a PyTorch checkpoint "
+                              f"({detail.group(1).strip() if detail else _short(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - on a foreign or damaged file the unpickler raises nearly anything
         raise CheckpointError(f"{name}: not a readable PyTorch checkpoint, the file is truncated or "
                               f"of another kind ({_short(exc)})") from None
     return _interpret(obj, name)

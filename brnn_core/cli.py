@@ -23,6 +23,9 @@ class BadInput(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # argparse.REMAINDER drops a leading --option, so bench parses its own args
+        return cmd_bench(argparse.Namespace(rest=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -96,6 +99,7 @@ def cmd_train(args) -> int:
             raise BadInput(f"{args.run_dir} already holds a run; drop --config/--set")
     else:
         cfg = load_train_config(args, data_dir)
+        ensure_dataset(cfg.dataset, data_dir)  # offline and missing: exit 2 before any run is created
         if args.run_dir:
             run = create_run(args.run_dir.parent, new_run_config(cfg, data_dir), run_id=args.run_dir.name)
         else:
@@ -106,6 +110,23 @@ def cmd_train(args) -> int:
     status = run.status()
     print(f"\n{status.get('message') or state}", flush=True)
     return EXIT_OK if state in ("finished", "stopped") else EXIT_FAILURE
+
+
+def ensure_dataset(name: str, data_dir: Path) -> None:
+    """Download a missing IDX dataset now, with progress, so a failed download creates no run."""
+    from .data import DATASETS, download_dataset, find_files
+
+    if DATASETS[name].download_mb and find_files(name, data_dir) is None:
+        print(f"{name} is not in {data_dir}: downloading {DATASETS[name].download_mb:.0f} MB", flush=True)
+        last = [0.0]
+
+        def progress(message: str) -> None:
+            if time.monotonic() - last[0] > 0.5:
+                last[0] = time.monotonic()
+                print(f"\r{message}   ", end="", flush=True)
+
+        download_dataset(name, data_dir, progress=progress)
+        print()
 
 
 def load_train_config(args, data_dir: Path) -> TrainConfig:

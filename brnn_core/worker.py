@@ -7,6 +7,7 @@ execute, so a CLI run and a dashboard run are the same code and can be watched t
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import time
@@ -64,11 +65,15 @@ def run_log_traceback(run: Run) -> None:
 
 
 def _fail(run: Run, message: str) -> str:
-    try:
+    with contextlib.suppress(OSError):
         run.log_event("error", message)
+    try:
         run.write_status(state="failed", message=message, ended=time.time())
     except OSError:
-        pass  # the disk may be the problem; the process exit code still tells
+        # Disk full: an atomic rewrite needs room for a second copy; rewriting in place usually fits.
+        with contextlib.suppress(OSError):
+            status = {**run.raw_status(), "state": "failed", "message": message, "ended": time.time()}
+            run.status_path.write_text(json.dumps(status, default=str))
     return "failed"
 
 
@@ -161,6 +166,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
         run.write_status(step=result.step, val_loss=val.loss, val_acc=val.accuracy, **status_extra())
         printer("epoch", {"epoch": epoch, "val_loss": val.loss, "val_acc": val.accuracy, "loss": result.loss})
 
+    if not run.last_ckpt.is_file():
+        save_last(start_epoch, start_batch, step)  # from now on a killed run always has a last.pt to resume
     run.write_status(state="running", message=f"training on {_device_name(device)}", step=step, **status_extra())
     run.log_event("start", f"training {cfg.dataset} on {_device_name(device)}: {len(train_y)} train, "
                            f"{len(val_y)} val images, {steps_per_epoch} steps per epoch", step=step)
@@ -175,8 +182,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
         saved = [p.name for p in (run.last_ckpt, run.best_ckpt) if p.is_file()]
         message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
                    f"(now {settings['lr']:g}) or turn on gradient clipping; "
-                   + (f"{' and '.join(saved)} hold the last good weights." if saved
-                      else "no checkpoint was saved before it diverged."))
+                   + (f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last finite weights "
+                      "saved before it diverged." if saved else "no checkpoint was saved before it diverged."))
         run.log_event("diverged", message, step=result.step)
         run.write_status(state="diverged", message=message, ended=time.time(), step=result.step)
         return "diverged"
