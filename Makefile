@@ -9,7 +9,6 @@ PORT ?= 8501
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip >/dev/null
 	$(PY) -m pip install -r requirements.txt
 	cp requirements.txt $(STAMP)
 

@@ -21,6 +21,8 @@ if table.empty:
 
 shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100)
 picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
+                      column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "duration_s", "step",
+                                    "epochs", "hidden", "layers", "head", "batch", "lr", "optimizer", "device"],
                       column_config={
                           "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
                           "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
@@ -28,8 +30,10 @@ picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode=
                           "lr": st.column_config.NumberColumn("lr", format="%g"),
                       })
 rows = picked.selection.rows if picked else []
-selected = [table.iloc[i]["run_id"] for i in rows] or list(table["run_id"][:1])
-st.caption("Select rows (the boxes on the left) to overlay their curves.")
+with_data = table[table["step"].fillna(0) > 0]["run_id"]
+selected = [table.iloc[i]["run_id"] for i in rows] or list(with_data[:3])
+st.caption("Select rows (the boxes on the left) to overlay their curves; "
+           f"showing {', '.join(selected) if selected else 'nothing yet'}.")
 
 o1, o2, o3 = st.columns(3)
 smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smooth")

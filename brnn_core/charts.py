@@ -39,6 +39,16 @@ def _figure(title: str, revision: str, *, x_title: str, y_title: str, log_y: boo
     return fig
 
 
+def note_if_empty(fig: go.Figure, text: str) -> go.Figure:
+    """An empty chart says what it is waiting for instead of showing bare axes."""
+    if not fig.data:
+        fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                           font=dict(size=14, color="gray"))
+        fig.update_xaxes(showticklabels=False)
+        fig.update_yaxes(showticklabels=False)
+    return fig
+
+
 def train_loss_figure(metrics: pd.DataFrame, *, smoothing: float = 0.6, log_y: bool = False,
                       revision: str = "train") -> go.Figure:
     """Per-step training loss: faint raw line plus the smoothed one."""
@@ -49,7 +59,7 @@ def train_loss_figure(metrics: pd.DataFrame, *, smoothing: float = 0.6, log_y: b
                         line=dict(color="rgba(31,119,180,0.3)", width=1))
         fig.add_scatter(x=train["step"], y=ema(train["loss"], smoothing), name=f"smoothed ({smoothing:.2f})",
                         mode="lines", line=dict(color="rgb(31,119,180)", width=2))
-    return fig
+    return note_if_empty(fig, "waiting for the first logged steps…")
 
 
 def epoch_table(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -76,7 +86,7 @@ def epoch_loss_figure(metrics: pd.DataFrame, *, revision: str = "epoch") -> go.F
         fig.add_scatter(x=table["epoch"], y=table["train_loss"], name="train", mode="lines+markers")
         fig.add_scatter(x=table["epoch"], y=table["val_loss"], name="validation", mode="lines+markers")
     fig.update_xaxes(dtick=1)
-    return fig
+    return note_if_empty(fig, "appears after the first epoch")
 
 
 def accuracy_figure(metrics: pd.DataFrame, *, revision: str = "acc") -> go.Figure:
@@ -86,7 +96,7 @@ def accuracy_figure(metrics: pd.DataFrame, *, revision: str = "acc") -> go.Figur
         fig.add_scatter(x=table["epoch"], y=100 * table["val_acc"], name="validation", mode="lines+markers",
                         line=dict(color="rgb(44,160,44)"))
     fig.update_xaxes(dtick=1)
-    return fig
+    return note_if_empty(fig, "appears after the first epoch")
 
 
 def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr") -> go.Figure:
@@ -94,7 +104,7 @@ def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr") -> go.Figure:
     train = metrics[metrics["split"] == "train"]
     if len(train):
         fig.add_scatter(x=train["step"], y=train["lr"], name="lr", mode="lines", line=dict(shape="hv"))
-    return fig
+    return note_if_empty(fig, "waiting for the first logged steps…")
 
 
 def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, what: str = "train",
@@ -112,7 +122,7 @@ def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, w
             part = metrics[metrics["split"] == "val"]
             if len(part):
                 fig.add_scatter(x=part["epoch"], y=part["loss"], name=name, mode="lines+markers")
-    return fig
+    return note_if_empty(fig, "no finished epoch in the selected runs" if what == "val" else "no data yet")
 
 
 def probabilities_figure(probs: np.ndarray, classes: list[str]) -> go.Figure:

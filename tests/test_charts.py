@@ -1,0 +1,62 @@
+"""The dashboard's figures: smoothing maths and per-epoch aggregation (no Streamlit needed)."""
+
+import numpy as np
+import pandas as pd
+
+from brnn_core import charts
+from brnn_core.runs import METRIC_COLUMNS
+
+
+def metrics_frame(rows):
+    return pd.DataFrame(rows, columns=METRIC_COLUMNS)
+
+
+def test_ema_zero_weight_is_identity_and_debiased_start():
+    values = np.array([4.0, 2.0, 3.0, 1.0])
+    assert np.allclose(charts.ema(values, 0.0), values)
+    smoothed = charts.ema(values, 0.9)
+    # TensorBoard's debiasing: the first point is the raw value, not 10% of it.
+    assert smoothed[0] == 4.0
+    assert np.isclose(smoothed[1], (0.9 * 0.1 * 4.0 + 0.1 * 2.0) / (1 - 0.9**2))
+    assert smoothed[-1] > values[-1]  # lags behind a falling curve
+
+
+def test_ema_keeps_nan_points_without_poisoning_the_rest():
+    smoothed = charts.ema(np.array([1.0, np.nan, 1.0]), 0.5)
+    assert np.isnan(smoothed[1]) and smoothed[2] == 1.0
+
+
+def test_epoch_table_averages_train_rows_of_each_epoch():
+    df = metrics_frame([
+        (10, 0.5, "train", 2.0, None, 0.01, 100.0, 1.0),
+        (20, 1.0, "train", 1.0, None, 0.01, 100.0, 2.0),
+        (20, 1.0, "val", 0.9, 0.7, 0.01, None, 2.1),
+        (30, 1.5, "train", 0.6, None, 0.01, 100.0, 3.0),
+        (40, 2.0, "train", 0.4, None, 0.01, 100.0, 4.0),
+        (40, 2.0, "val", 0.5, 0.85, 0.01, None, 4.1),
+    ])
+    table = charts.epoch_table(df)
+    assert list(table["epoch"]) == [1, 2]
+    assert list(table["train_loss"]) == [1.5, 0.5]
+    assert list(table["val_acc"]) == [0.7, 0.85]
+
+
+def test_figures_keep_zoom_and_explain_empty_charts():
+    empty = metrics_frame([])
+    fig = charts.train_loss_figure(empty, revision="run-1")
+    assert fig.layout.uirevision == "run-1"
+    assert not fig.data and "waiting" in fig.layout.annotations[0].text
+    df = metrics_frame([(10, 0.5, "train", 2.0, None, 0.01, 100.0, 1.0),
+                        (20, 1.0, "train", 1.0, None, 0.001, 90.0, 2.0)])
+    fig = charts.train_loss_figure(df, smoothing=0.5, log_y=True, revision="run-1")
+    assert [t.name for t in fig.data] == ["raw", "smoothed (0.50)"]
+    assert fig.layout.yaxis.type == "log"
+    assert list(charts.lr_figure(df).data[0].y) == [0.01, 0.001]
+
+
+def test_probability_and_confusion_figures():
+    probs = np.array([0.1, 0.7, 0.2])
+    fig = charts.probabilities_figure(probs, ["a", "b", "c"])
+    assert list(fig.data[0].x) == ["a", "b", "c"] and fig.data[0].marker.color[1] == "rgb(214,39,40)"
+    conf = charts.confusion_figure([[5, 1], [0, 4]], ["0", "1"])
+    assert conf.data[0].z.tolist() == [[5, 1], [0, 4]]
