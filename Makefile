@@ -27,3 +27,6 @@ bench: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+soak: $(STAMP)
+	$(PY) bench/soak.py --minutes 30

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ from brnn_core import charts
 from brnn_core.checkpoint import CheckpointError
 from brnn_core.inference import Predictor, prepare
 from brnn_core.runs import list_runs
+from brnn_core.uploads import UploadError, save_upload
 from ui.common import folders
 
 MAX_UPLOAD_MB = 50
@@ -47,18 +47,6 @@ def checkpoint_choices() -> dict[str, str]:
     return dict(sorted(choices.items(), key=lambda item: -scores[item[0]]))
 
 
-def save_upload(data: bytes) -> Path:
-    """Uploaded checkpoints are stored under the runs folder by content hash, never by their own name."""
-    folder = runs_dir / ".uploads"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{hashlib.sha256(data).hexdigest()[:20]}.pt"
-    if not target.exists():
-        tmp = target.with_suffix(".part")
-        tmp.write_bytes(data)
-        tmp.replace(target)
-    return target
-
-
 choices = checkpoint_choices()
 side = st.sidebar
 side.subheader("Checkpoint")
@@ -66,12 +54,11 @@ upload = side.file_uploader("…or upload a .pt / .ckpt file", type=["pt", "ckpt
                             help="A checkpoint from this dashboard, or a bare state_dict like the blog's model.ckpt.")
 path = None
 if upload is not None:
-    data = upload.getvalue()
-    if len(data) > MAX_UPLOAD_MB * 2**20:
-        side.error(f"{upload.name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_UPLOAD_MB} MB.")
-    else:
-        path = str(save_upload(data))
+    try:  # stored by content hash under runs/.uploads: the browser's file name is never a path
+        path = str(save_upload(runs_dir, upload.getvalue(), upload.name, max_bytes=MAX_UPLOAD_MB * 2**20))
         side.caption(f"Using the uploaded {upload.name}.")
+    except (UploadError, OSError) as exc:
+        side.error(f"Upload refused: {exc}")
 if path is None:
     if not choices:
         st.info("No checkpoint yet. Train a model on the **Train** page (the defaults take about a minute on a "

@@ -118,13 +118,17 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
     if obj.get("format") == FORMAT:
         try:
             mcfg = ModelConfig(**obj["model_config"])
-            return Checkpoint(
+            ckpt = Checkpoint(
                 model_config=mcfg, model_state=dict(obj["model_state"]), classes=list(obj["classes"]),
                 train_config=dict(obj.get("train_config", {})), epoch=int(obj.get("epoch", 0)),
                 step=int(obj.get("step", 0)), batch_in_epoch=int(obj.get("batch_in_epoch", 0)),
                 metrics=dict(obj.get("metrics", {})), optimizer_state=obj.get("optimizer_state"))
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{name}: a {FORMAT} file with a damaged header ({exc})") from None
+        problem = _header_problem(ckpt)
+        if problem:
+            raise CheckpointError(f"{name}: a {FORMAT} file with a damaged header ({problem})")
+        return ckpt
     state = obj.get("state_dict", obj.get("model_state_dict", obj))
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{name}: a dict without model weights; expected a BiLSTM state_dict "
@@ -133,6 +137,24 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
     mcfg = infer_model_config(state, name)
     return Checkpoint(model_config=mcfg, model_state=state, classes=[str(i) for i in range(mcfg.num_classes)],
                       bare=True)
+
+
+def _header_problem(ckpt: Checkpoint) -> str | None:
+    """What makes a self-describing checkpoint's header unusable (it would crash building the model)."""
+    cfg = ckpt.model_config
+    for key in ("input_size", "hidden_size", "num_layers", "num_classes"):
+        value = getattr(cfg, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"model_config.{key} is {value!r}, expected a whole number of at least 1"
+    if not isinstance(cfg.dropout, int | float) or not 0.0 <= cfg.dropout < 1.0:
+        return f"model_config.dropout is {cfg.dropout!r}, expected a number from 0 to below 1"
+    if cfg.head not in ("bidir", "last"):
+        return f"model_config.head is {cfg.head!r}, expected bidir or last"
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in ckpt.model_state.items()):
+        return "model_state is not a mapping of layer names to tensors"
+    if len(ckpt.classes) != cfg.num_classes:
+        return f"{len(ckpt.classes)} class names for a model with {cfg.num_classes} outputs"
+    return None
 
 
 def infer_model_config(state: dict[str, torch.Tensor], name: str = "state_dict") -> ModelConfig:
@@ -158,7 +180,8 @@ def infer_model_config(state: dict[str, torch.Tensor], name: str = "state_dict")
 def check_state_matches(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> None:
     """Raise a CheckpointError naming each missing, extra or mis-shaped tensor."""
     problems = []
-    for key in expected:
+    # The classifier first: a different class count is the likeliest reason and the most useful line.
+    for key in sorted(expected, key=lambda k: not k.startswith("fc.")):
         if key not in found:
             problems.append(f"missing layer {key} (expected shape {tuple(expected[key].shape)})")
         elif tuple(found[key].shape) != tuple(expected[key].shape):
@@ -166,5 +189,5 @@ def check_state_matches(expected: dict[str, torch.Tensor], found: dict[str, torc
                             f"found {tuple(found[key].shape)}")
     problems += [f"unexpected layer {key} {tuple(found[key].shape)}" for key in found if key not in expected]
     if problems:
-        shown = problems[:8] + ([f"... and {len(problems) - 8} more"] if len(problems) > 8 else [])
+        shown = problems[:12] + ([f"... and {len(problems) - 12} more"] if len(problems) > 12 else [])
         raise CheckpointError("checkpoint does not fit the model: " + "; ".join(shown))

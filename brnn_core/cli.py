@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .checkpoint import CheckpointError
-from .config import ConfigError, TrainConfig, parse_set
+from .config import LIVE_FIELDS, ConfigError, TrainConfig, parse_set
 from .data import DatasetError, default_data_dir
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_FAILURE
+    except OSError as exc:  # a read-only or full runs folder: a message, not a traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}: make the runs folder writable and check that the disk has "
+              "free space", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", default="test", choices=["test", "train"])
     ev.add_argument("--data-dir", type=Path, default=None)
     ev.add_argument("--device", default="cpu")
-    ev.add_argument("--batch-size", type=int, default=1000)
+    ev.add_argument("--batch-size", type=int, default=TrainConfig().eval_batch_size)
     ev.set_defaults(func=cmd_evaluate)
 
     pr = sub.add_parser("predict", help="classify image files with a checkpoint")
@@ -82,16 +87,23 @@ def cmd_train(args) -> int:
     data_dir = args.data_dir or default_data_dir()
     runs_dir = args.runs_dir or default_runs_dir()
     if args.resume:
-        if args.config or args.set:
-            raise BadInput("--resume continues a run with its own config; drop --config/--set "
-                           "(live values such as lr can be changed from the dashboard)")
+        live = parse_set(args.set)
+        fixed = sorted(set(live) - set(LIVE_FIELDS))
+        if args.config or fixed:
+            raise BadInput("--resume continues a run with its own config; only "
+                           f"{', '.join(LIVE_FIELDS)} can change (--set epochs=5), not "
+                           f"{', '.join(fixed) or '--config'}")
         try:
             run = resolve_run(runs_dir, args.resume)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
-        state = run.status().get("state")
-        if state in ("running", "paused", "loading", "stopping"):
+        status = run.status()
+        state = status.get("state")
+        # jobs.spawn_worker records the new worker's pid before it gets here: that live pid is us, not a rival.
+        if state in ("running", "paused", "loading", "stopping") and status.get("pid") != os.getpid():
             raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
+        for name, value in live.items():  # applied by the worker before its first step, and logged
+            run.send_command("set", field=name, value=value)
         resume = True
     elif args.run_dir and (args.run_dir / "config.json").is_file():
         run, resume = Run(args.run_dir), False  # a run directory the dashboard prepared

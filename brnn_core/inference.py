@@ -43,8 +43,12 @@ def to_grey(image: np.ndarray) -> np.ndarray:
     else:
         raise ValueError(f"expected an (H, W), (H, W, 3) or (H, W, 4) image, got shape {arr.shape}")
     grey = np.nan_to_num(np.clip(grey, 0.0, 1.0))
+    if grey.size == 0:  # a 0x0 canvas (not drawn yet): blank
+        return grey
     border = np.concatenate([grey[0], grey[-1], grey[:, 0], grey[:, -1]])
-    if border.size and np.median(border) > 0.5:  # dark ink on a light background
+    # Dark ink on a light background: the border AND most of the picture are light. (A white stroke
+    # drawn along every edge of a black canvas makes a light border too, but most pixels stay dark.)
+    if border.size and np.median(border) > 0.5 and np.median(grey) > 0.5:
         grey = 1.0 - grey
     return grey
 
@@ -88,7 +92,9 @@ def prepare(image: np.ndarray | torch.Tensor) -> torch.Tensor | None:
     """A canvas RGBA array or an MNIST-style 28x28 array -> (28, 28) float in [0, 1]."""
     arr = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
     if arr.shape == (28, 28):
-        arr = arr.astype(np.float32) / (255.0 if arr.dtype == np.uint8 or arr.max() > 1.0 else 1.0)
+        was_uint8 = arr.dtype == np.uint8
+        arr = np.nan_to_num(arr.astype(np.float32))  # NaN would make every probability NaN
+        arr = arr / (255.0 if was_uint8 or arr.max() > 1.0 else 1.0)
         return torch.from_numpy(np.clip(arr, 0.0, 1.0))
     return preprocess(arr)
 

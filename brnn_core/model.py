@@ -37,7 +37,9 @@ class BiLSTM(nn.Module):
         # x: (B, T=28, 28) floats in [0, 1]; zero initial states are nn.LSTM's default.
         out, _ = self.lstm(x)  # (B, T, 2H): [forward | backward] at every step
         if self.cfg.head == "last":
-            feat = out[:, -1, :]  # (B, 2H) the blog's: backward half has seen only the last row
+            # (B, 2H) the blog's: the last layer's backward half has run only one step, on the last row
+            # (it sees the image only through the layer below)
+            feat = out[:, -1, :]
         else:
             h = self.cfg.hidden_size
             # forward state after the last row + backward state after the first row: both full passes

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .allocator import tune_malloc
+from .checkpoint import CheckpointError, check_state_matches, load_checkpoint, save_checkpoint
 from .config import LIVE_FIELDS, TrainConfig, resolve_device
 from .data import DatasetError, load_dataset, split_train_val
 from .engine import EvalResult, FitHooks, LogPoint, evaluate, fit, make_optimizer
-from .fileio import atomic_write_json
+from .fileio import atomic_write, atomic_write_json
 from .jobs import Controller
 from .model import BiLSTM, ModelConfig
 from .reports import write_report
@@ -52,7 +53,11 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False,
     except (DatasetError, CheckpointError, ValueError) as exc:
         return _fail(run, str(exc))
     except OSError as exc:
-        return _fail(run, f"{exc.strerror or exc} ({exc.filename or run.path}): free disk space or make the "
+        where = Path(str(exc.filename or run.path))
+        if where.is_absolute() and not where.is_relative_to(run.path.resolve()) and \
+                not where.is_relative_to(run.path.absolute()):  # e.g. an unreadable data folder
+            return _fail(run, f"{exc.strerror or exc} ({where}): make it readable, then resume this run")
+        return _fail(run, f"{exc.strerror or exc} ({where}): free disk space or make the "
                           "runs folder writable, then resume this run")
     except Exception as exc:  # noqa: BLE001 - a worker must always report why it ended
         run_log_traceback(run)
@@ -83,8 +88,14 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     device = resolve_device(cfg.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
+    elif device.type == "cpu":
+        tune_malloc()  # reuse freed memory instead of page-faulting it back every step (about 1.4x)
 
     run.write_status(state="loading", message=f"loading {cfg.dataset}")
+    # A worker killed while saving leaves its temp file behind; only this run's worker writes there.
+    for stale in run.checkpoint_dir.glob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
     ds = load_dataset(cfg.dataset, data_dir, progress=lambda msg: run.write_status(message=msg))
     train_idx, val_idx = split_train_val(len(ds.train_y), cfg.val_fraction, cfg.seed)
     ds = ds.to(device)
@@ -99,6 +110,10 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
     if resume and run.last_ckpt.is_file():
         ckpt = load_checkpoint(run.last_ckpt)
+        try:  # a last.pt of another architecture: name the layers and shapes, not torch's raw error
+            check_state_matches(model.state_dict(), ckpt.model_state)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{run.last_ckpt} does not belong to this run: {exc}") from None
         model.load_state_dict(ckpt.model_state)
         if ckpt.optimizer_state:
             optimizer.load_state_dict(ckpt.optimizer_state)
@@ -108,7 +123,10 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
             group["lr"] = settings["lr"]
         best_val = load_checkpoint(run.best_ckpt).metrics.get("val_loss", math.inf) if run.best_ckpt.is_file() \
             else math.inf
-        run.log_event("resume", f"resumed from last.pt at epoch {start_epoch}, step {step}", step=step)
+        dropped = drop_metrics_after(run, step)
+        run.log_event("resume", f"resumed from last.pt at epoch {start_epoch}, step {step}"
+                      + (f" ({dropped} metric rows logged after that checkpoint were dropped)" if dropped else ""),
+                      step=step)
     elif resume:
         run.log_event("resume", "no checkpoint was saved yet: starting again from step 0", step=0)
         run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])
@@ -166,6 +184,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
         run.write_status(step=result.step, val_loss=val.loss, val_acc=val.accuracy, **status_extra())
         printer("epoch", {"epoch": epoch, "val_loss": val.loss, "val_acc": val.accuracy, "loss": result.loss})
 
+    controller.step = step
+    controller.poll()  # commands sent while no worker ran, e.g. `set epochs` before a resume
     if not run.last_ckpt.is_file():
         save_last(start_epoch, start_batch, step)  # from now on a killed run always has a last.pt to resume
     run.write_status(state="running", message=f"training on {_device_name(device)}", step=step, **status_extra())
@@ -180,9 +200,13 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
 
     if result.state == "diverged":
         saved = [p.name for p in (run.last_ckpt, run.best_ckpt) if p.is_file()]
+        untrained = run.last_ckpt.is_file() and load_checkpoint(run.last_ckpt).step == 0 and len(saved) == 1
+        decay = f", weight decay (now {cfg.weight_decay:g})" if cfg.weight_decay > 0 else ""
         message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
-                   f"(now {settings['lr']:g}) or turn on gradient clipping; "
-                   + (f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last finite weights "
+                   f"(now {settings['lr']:g}){decay} or turn on gradient clipping; "
+                   + ("last.pt holds only the untrained starting weights (it diverged before the first save)."
+                      if untrained else
+                      f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last finite weights "
                       "saved before it diverged." if saved else "no checkpoint was saved before it diverged."))
         run.log_event("diverged", message, step=result.step)
         run.write_status(state="diverged", message=message, ended=time.time(), step=result.step)
@@ -216,6 +240,22 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
 
 def _weights_finite(model: torch.nn.Module) -> bool:
     return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+
+
+def drop_metrics_after(run: Run, step: int) -> int:
+    """Remove metrics rows past `step` (logged after the checkpoint a resume starts from), so no step repeats."""
+    lines = run.metrics_path.read_text().splitlines(keepends=True)
+    keep = [lines[0]] + [line for line in lines[1:] if line.endswith("\n") and _row_step(line) <= step]
+    if len(keep) != len(lines):
+        atomic_write(run.metrics_path, lambda fh: fh.write("".join(keep).encode()))
+    return len(lines) - len(keep)
+
+
+def _row_step(line: str) -> float:
+    try:
+        return float(line.split(",", 1)[0])
+    except ValueError:
+        return math.inf
 
 
 def _device_name(device: torch.device) -> str:

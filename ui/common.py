@@ -22,7 +22,12 @@ STATE_STYLE = {"queued": ("gray", "hourglass_empty"), "loading": ("gray", "hourg
 def folders() -> tuple[Path, Path]:
     """Runs and data folders ($BRNN_RUNS_DIR, $BRNN_DATA_DIR; default ./runs and ./data)."""
     runs_dir = default_runs_dir()
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. a path through a regular file, or no permission: say so, don't crash
+        st.error(f"The runs folder {runs_dir} cannot be used: {exc.strerror or exc}. Set BRNN_RUNS_DIR to a "
+                 "writable folder and restart the dashboard.", icon=":material/error:")
+        st.stop()
     return runs_dir, default_data_dir()
 
 
@@ -92,8 +97,11 @@ def flash(kind: str, message: str) -> None:
 
 
 def show_flashes() -> None:
+    # Always one container, empty or not: a message must not shift the elements after it, or the live
+    # fragment below is redrawn at a new place while its old copy stays on screen.
+    box = st.container()
     for kind, message in st.session_state.pop("_flash", []):
-        getattr(st, kind)(message)
+        getattr(box, kind)(message)
 
 
 def env_flag(name: str) -> bool:

@@ -1,0 +1,201 @@
+"""Datasets: IDX files (plain and .gz) in torchvision's layout, their errors, mnist-sample, Fashion-MNIST, batching."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+import torch
+from conftest import closed_port, write_idx, write_idx_dataset
+
+from brnn_core import data
+from brnn_core.data import (
+    DEBIAN_FASHION_DIR,
+    FASHION_CLASSES,
+    IDX_FILES,
+    MNIST_CLASSES,
+    DatasetError,
+    availability,
+    batches,
+    default_dataset,
+    epoch_order,
+    load_dataset,
+    read_idx,
+    split_train_val,
+    to_input,
+)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+def test_idx_files_load_in_torchvision_layout(data_dir, gz):
+    written = write_idx_dataset(data_dir, n_train=30, n_test=10, gz=gz)
+    ds = load_dataset("mnist", data_dir, download=False)
+    assert ds.name == "mnist" and ds.classes == MNIST_CLASSES
+    assert ds.source == str(data_dir / "MNIST" / "raw")
+    assert ds.train_x.dtype == torch.uint8 and ds.train_y.dtype == torch.int64
+    assert ds.train_x.shape == (30, 28, 28) and ds.test_x.shape == (10, 28, 28)
+    assert torch.equal(ds.train_x, torch.from_numpy(written[IDX_FILES[0]]))
+    assert torch.equal(ds.train_y, torch.from_numpy(written[IDX_FILES[1]].astype(np.int64)))
+    assert torch.equal(ds.test_x, torch.from_numpy(written[IDX_FILES[2]]))
+    assert torch.equal(ds.test_y, torch.from_numpy(written[IDX_FILES[3]].astype(np.int64)))
+    assert availability("mnist", data_dir) == f"on disk in {data_dir / 'MNIST' / 'raw'}"
+    assert default_dataset(data_dir) == "mnist"
+
+
+def test_fashion_layout_and_plain_named_folder(data_dir):
+    write_idx_dataset(data_dir, folder="FashionMNIST/raw", seed=1)
+    ds = load_dataset("fashion-mnist", data_dir, download=False)
+    assert ds.classes == FASHION_CLASSES and ds.source == str(data_dir / "FashionMNIST" / "raw")
+    write_idx_dataset(data_dir, folder="mnist", gz=False, seed=2)  # data_dir/mnist/ is searched too
+    assert load_dataset("mnist", data_dir, download=False).source == str(data_dir / "mnist")
+
+
+def _break(data_dir, base, array, **kw):
+    return write_idx(data_dir / "MNIST" / "raw" / f"{base}.gz", array, **kw)
+
+
+def test_wrong_magic_number_names_the_file(data_dir):
+    written = write_idx_dataset(data_dir)
+    path = _break(data_dir, IDX_FILES[0], written[IDX_FILES[0]], magic=b"\x00\x00\x0d\x03")  # float IDX
+    with pytest.raises(DatasetError, match="wrong magic number 00000d03") as info:
+        load_dataset("mnist", data_dir, download=False)
+    assert str(path) in str(info.value)
+
+
+def test_truncated_file_names_the_file(data_dir):
+    write_idx_dataset(data_dir, gz=False)
+    path = data_dir / "MNIST" / "raw" / IDX_FILES[2]
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(DatasetError, match="truncated") as info:
+        load_dataset("mnist", data_dir, download=False)
+    assert str(path) in str(info.value)
+
+
+def test_damaged_gzip_names_the_file(data_dir):
+    write_idx_dataset(data_dir)
+    path = data_dir / "MNIST" / "raw" / f"{IDX_FILES[3]}.gz"
+    path.write_bytes(path.read_bytes()[:20])  # a gzip stream cut short
+    with pytest.raises(DatasetError, match="cannot read") as info:
+        load_dataset("mnist", data_dir, download=False)
+    assert str(path) in str(info.value)
+
+
+def test_label_count_must_match_image_count(data_dir):
+    written = write_idx_dataset(data_dir, n_train=30)
+    path = _break(data_dir, IDX_FILES[1], written[IDX_FILES[1]][:29])
+    with pytest.raises(DatasetError, match="29 labels for 30 images") as info:
+        load_dataset("mnist", data_dir, download=False)
+    assert str(path) in str(info.value)
+
+
+def test_labels_out_of_range_and_wrong_image_size(data_dir):
+    written = write_idx_dataset(data_dir)
+    _break(data_dir, IDX_FILES[1], np.full(30, 12, dtype=np.uint8))
+    with pytest.raises(DatasetError, match="label 12 found"):
+        load_dataset("mnist", data_dir, download=False)
+    _break(data_dir, IDX_FILES[1], written[IDX_FILES[1]])
+    _break(data_dir, IDX_FILES[0], np.zeros((30, 32, 32), dtype=np.uint8))
+    with pytest.raises(DatasetError, match=r"expected 28x28 images, found shape \(30, 32, 32\)"):
+        load_dataset("mnist", data_dir, download=False)
+
+
+def test_read_idx_empty_file(tmp_path):
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(b"")
+    with pytest.raises(DatasetError, match="empty file"):
+        read_idx(path)
+
+
+def _assert_names_folder_and_files(message: str, data_dir) -> None:
+    assert str((data_dir / "MNIST" / "raw").resolve()) in message
+    for base in IDX_FILES:
+        assert f"{base}.gz" in message
+    assert "mnist-sample" in message  # the offline way out
+
+
+def test_missing_files_without_download(data_dir):
+    write_idx_dataset(data_dir, n_train=5)
+    (data_dir / "MNIST" / "raw" / f"{IDX_FILES[2]}.gz").unlink()  # three of four is not a dataset
+    with pytest.raises(DatasetError) as info:
+        load_dataset("mnist", data_dir, download=False)
+    _assert_names_folder_and_files(str(info.value), data_dir)
+    assert availability("mnist", data_dir).startswith("not on disk: downloads 12 MB")
+    assert default_dataset(data_dir) == "mnist-sample"
+
+
+def test_missing_files_offline_download_fails_with_the_same_advice(data_dir, monkeypatch, dead_proxy_env):
+    # Every mirror points at a localhost port with nothing listening: a real, instantly refused download.
+    port = closed_port()
+    monkeypatch.setitem(data._MIRRORS, "mnist", [f"http://127.0.0.1:{port}/a/", f"http://127.0.0.1:{port}/b/"])
+    messages = []
+    with pytest.raises(DatasetError) as info:
+        load_dataset("mnist", data_dir, download=True, progress=messages.append)
+    _assert_names_folder_and_files(str(info.value), data_dir)
+    assert "download failed" in str(info.value) and "refused" in str(info.value).lower()
+    assert list((data_dir / "MNIST" / "raw").iterdir()) == []  # no partial downloads left behind
+
+
+def test_unknown_dataset():
+    with pytest.raises(DatasetError, match="unknown dataset 'cifar'"):
+        load_dataset("cifar")
+
+
+def test_mnist_sample_has_a_fixed_balanced_test_split(sample):
+    assert (len(sample.train_y), len(sample.test_y)) == (4500, 500)
+    assert sample.train_x.shape == (4500, 28, 28) and sample.train_x.dtype == torch.uint8
+    assert torch.bincount(sample.test_y, minlength=10).tolist() == [50] * 10
+    assert torch.bincount(sample.train_y, minlength=10).min() > 300  # every digit is there to learn
+    assert sample.train_x.float().mean() > 20  # real digits, not an empty array
+    again = data.load_mnist_sample()  # fixed, seed-independent split: every run reports on the same digits
+    assert torch.equal(again.test_x, sample.test_x) and torch.equal(again.train_y, sample.train_y)
+
+
+@pytest.mark.skipif(not (DEBIAN_FASHION_DIR / f"{IDX_FILES[0]}.gz").is_file(),
+                    reason=f"Debian's dataset-fashion-mnist is not installed in {DEBIAN_FASHION_DIR}")
+def test_fashion_mnist_from_the_debian_package(data_dir):
+    ds = load_dataset("fashion-mnist", data_dir, download=False)  # data_dir is empty: found in /usr/share
+    assert ds.source == str(DEBIAN_FASHION_DIR) and ds.classes == FASHION_CLASSES
+    assert (len(ds.train_y), len(ds.test_y)) == (60000, 10000)
+    assert torch.bincount(ds.test_y, minlength=10).tolist() == [1000] * 10
+    assert availability("fashion-mnist", data_dir) == f"on disk in {DEBIAN_FASHION_DIR}"
+
+
+def test_split_train_val_is_a_seeded_partition():
+    train, val = split_train_val(1000, 0.1, seed=3)
+    assert (len(train), len(val)) == (900, 100)
+    assert torch.equal(torch.sort(torch.cat([train, val])).values, torch.arange(1000))
+    again_train, again_val = split_train_val(1000, 0.1, seed=3)
+    assert torch.equal(train, again_train) and torch.equal(val, again_val)
+    assert not torch.equal(val, split_train_val(1000, 0.1, seed=4)[1])
+    assert len(split_train_val(5, 0.01, seed=0)[1]) == 1  # never an empty validation set
+
+
+def test_epoch_order_is_a_pure_function_of_seed_and_epoch():
+    order = epoch_order(500, seed=1, epoch=2)
+    assert torch.equal(torch.sort(order).values, torch.arange(500))
+    assert torch.equal(order, epoch_order(500, seed=1, epoch=2))
+    assert not torch.equal(order, epoch_order(500, seed=1, epoch=3))
+    assert not torch.equal(order, epoch_order(500, seed=2, epoch=2))
+
+
+def test_batches_resume_mid_epoch():
+    order = torch.arange(10)
+    assert [b.tolist() for b in batches(order, 4)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert [b.tolist() for b in batches(order, 4, start=1)] == [[4, 5, 6, 7], [8, 9]]
+    assert list(batches(order, 4, start=3)) == []
+
+
+def test_to_input_scales_like_to_tensor():
+    x = torch.tensor([[[0, 51, 255]]], dtype=torch.uint8)
+    out = to_input(x)
+    assert out.dtype == torch.float32 and torch.allclose(out, torch.tensor([[[0.0, 0.2, 1.0]]]))
+    assert x.tolist() == [[[0, 51, 255]]]  # the uint8 source is not modified
+
+
+def test_gzip_and_plain_idx_read_identically(tmp_path):
+    array = np.arange(2 * 28 * 28, dtype=np.uint32).astype(np.uint8).reshape(2, 28, 28)
+    plain = write_idx(tmp_path / "x-idx3-ubyte", array)
+    packed = tmp_path / "x-idx3-ubyte.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert np.array_equal(read_idx(plain), array) and np.array_equal(read_idx(packed), array)

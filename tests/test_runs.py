@@ -1,0 +1,262 @@
+"""The run directory: atomic creation, readable metrics, true state of dead workers, ids, deletion."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pandas as pd
+import psutil
+import pytest
+from conftest import wait_for
+
+from brnn_core.checkpoint import load_checkpoint
+from brnn_core.config import TrainConfig
+from brnn_core.fileio import append_line, read_complete_lines
+from brnn_core.jobs import start_worker
+from brnn_core.runs import (
+    METRIC_COLUMNS,
+    QUEUED_GRACE_S,
+    RunError,
+    create_run,
+    delete_run,
+    list_runs,
+    read_run,
+    resolve_run,
+    runs_table,
+    validate_run_id,
+)
+
+RUN_FILES = ("config.json", "status.json", "metrics.csv", "events.jsonl", "control.jsonl", "checkpoints")
+
+
+def test_create_run_makes_a_complete_directory(runs_dir):
+    run = create_run(runs_dir, {"train": {"dataset": "mnist-sample"}, "dataset": "mnist-sample"}, run_id="r1")
+    assert run.path == runs_dir / "r1" and run.exists()
+    assert sorted(p.name for p in run.path.iterdir()) == sorted(RUN_FILES)
+    assert run.raw_status()["state"] == "queued" and run.status()["state"] == "queued"
+    assert run.metrics_path.read_text() == ",".join(METRIC_COLUMNS) + "\n"
+    assert [p.name for p in runs_dir.iterdir()] == ["r1"]  # no .creating-* staging folder left
+    with pytest.raises(RunError, match="already exists"):
+        create_run(runs_dir, {}, run_id="r1")
+
+
+def test_failed_create_leaves_nothing_behind(runs_dir):
+    with pytest.raises(TypeError):  # json cannot sort int and str keys: fails half-way through creation
+        create_run(runs_dir, {1: "a", "b": 2}, run_id="broken")
+    assert list(runs_dir.iterdir()) == []
+    assert list_runs(runs_dir) == []
+
+
+def test_listing_never_shows_a_partial_run(runs_dir):
+    stray = runs_dir / ".creating-x-123"  # what a crash mid-create leaves: hidden from listings
+    stray.mkdir()
+    (stray / "config.json").write_text("{}")
+    (runs_dir / "no-config").mkdir()  # not a run
+    problems, done = [], threading.Event()
+
+    def create_many():
+        for i in range(40):
+            create_run(runs_dir, {"dataset": "mnist-sample", "i": i}, run_id=f"run-{i:02d}")
+        done.set()
+
+    creator = threading.Thread(target=create_many)
+    creator.start()
+    seen = 0
+    while not done.is_set() or seen == 0:
+        for run in list_runs(runs_dir):
+            missing = [name for name in RUN_FILES if not (run.path / name).exists()]
+            if missing:
+                problems.append((run.id, missing))
+            seen += 1
+    creator.join()
+    assert problems == []
+    assert [r.id for r in list_runs(runs_dir)] == [f"run-{i:02d}" for i in reversed(range(40))]  # newest first
+
+
+def test_metrics_are_readable_with_pandas(trained_run):
+    df = pd.read_csv(trained_run.metrics_path)
+    assert list(df.columns) == METRIC_COLUMNS
+    assert set(df.split) == {"train", "val", "test"}
+    assert df[df.split == "val"].epoch.tolist() == [1, 2]
+    assert df.loss.notna().all() and pd.api.types.is_float_dtype(df.loss)
+    assert (df[df.split != "train"].accuracy.between(0, 1)).all()
+    assert df[df.split == "train"].accuracy.isna().all()
+    pd.testing.assert_frame_equal(df, trained_run.metrics(), check_dtype=False)
+    data = read_run(trained_run.path)
+    assert data.status["state"] == "finished" and data.config["train"]["hidden_size"] == 32
+    assert {"start", "epoch", "finished"} <= set(data.events.kind)
+    report = json.loads((trained_run.path / "report.json").read_text())
+    assert sum(map(sum, report["confusion_matrix"])) == 500
+
+
+def test_metrics_ignore_a_half_written_line(runs_dir):
+    run = create_run(runs_dir, {}, run_id="m")
+    run.log_metric(step=10, epoch=0.25, split="train", loss=1.5, lr=0.01, samples_per_s=900.0, elapsed_s=1.0)
+    with open(run.metrics_path, "a") as fh:
+        fh.write("20,0.5,train,1.2")  # a writer killed mid-line
+    df = run.metrics()
+    assert df.step.tolist() == [10] and df.loss.tolist() == [1.5]
+    lines, offset = read_complete_lines(run.metrics_path)
+    assert len(lines) == 2 and offset < run.metrics_path.stat().st_size
+
+
+def test_append_line_writes_whole_lines(tmp_path):
+    path = tmp_path / "log.jsonl"
+    threads = [threading.Thread(target=lambda i=i: [append_line(path, json.dumps({"t": i, "n": n, "pad": "x" * 500}))
+                                                    for n in range(50)]) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines, _ = read_complete_lines(path)
+    assert len(lines) == 200 and all(json.loads(line)["pad"] == "x" * 500 for line in lines)
+
+
+def _dead_pid() -> tuple[int, float]:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = psutil.Process(proc.pid).create_time()
+    proc.wait()
+    return proc.pid, started
+
+
+@pytest.mark.parametrize("state", ["running", "paused", "loading", "stopping"])
+def test_active_run_with_a_dead_worker_reads_as_interrupted(runs_dir, state):
+    run = create_run(runs_dir, {}, run_id="r")
+    pid, started = _dead_pid()
+    run.write_status(state=state, pid=pid, pid_started=started, message="epoch 1/2")
+    status = run.status()
+    assert status["state"] == "interrupted" and "resume" in status["message"]
+    assert run.raw_status()["state"] == state  # the file is left as the worker wrote it
+
+
+def test_live_worker_keeps_its_state_and_a_reused_pid_does_not(runs_dir):
+    run = create_run(runs_dir, {}, run_id="r")
+    me = psutil.Process(os.getpid())
+    run.write_status(state="running", pid=me.pid, pid_started=me.create_time())
+    assert run.status()["state"] == "running"
+    run.write_status(pid_started=me.create_time() - 3600)  # same pid, another process's start time
+    assert run.status()["state"] == "interrupted"
+
+
+def test_queued_run_never_picked_up_becomes_interrupted(runs_dir):
+    run = create_run(runs_dir, {}, run_id="q")
+    assert run.status()["state"] == "queued"
+    run.write_status(created=time.time() - QUEUED_GRACE_S - 1)
+    assert run.status()["state"] == "interrupted"
+    finished = create_run(runs_dir, {}, run_id="f")
+    finished.write_status(state="finished", created=0)
+    assert finished.status()["state"] == "finished"  # only active states are checked
+
+
+@pytest.mark.parametrize("bad", ["../x", "/abs", "a/b", "", "with space", "..", ".hidden", "a..b", "-x", "x" * 129,
+                                 "tab\tname", "new\nline", None, 5])
+def test_validate_run_id_rejects(bad):
+    with pytest.raises(RunError, match="not a valid run id"):
+        validate_run_id(bad)
+
+
+def test_validate_run_id_accepts():
+    for good in ("20261129-101010-mnist-ab12", "run_1.v2", "A", "x" * 128):
+        assert validate_run_id(good) == good
+
+
+def test_resolve_run(runs_dir):
+    run = create_run(runs_dir, {}, run_id="known")
+    assert resolve_run(runs_dir, "known").path == run.path
+    assert resolve_run(runs_dir / "elsewhere", run.path).path == run.path  # a directory path works anywhere
+    with pytest.raises(RunError, match="no run 'missing'"):
+        resolve_run(runs_dir, "missing")
+    with pytest.raises(RunError, match="not a valid run id"):
+        resolve_run(runs_dir, "../known")
+
+
+def test_delete_run(runs_dir):
+    done = create_run(runs_dir, {}, run_id="done")
+    done.write_status(state="finished")
+    keep = create_run(runs_dir, {}, run_id="keep")
+    me = psutil.Process(os.getpid())
+    keep.write_status(state="running", pid=me.pid, pid_started=me.create_time())
+    delete_run(runs_dir, "done")
+    assert not done.path.exists() and [r.id for r in list_runs(runs_dir)] == ["keep"]
+    with pytest.raises(RunError, match="still running; stop it before deleting"):
+        delete_run(runs_dir, "keep")
+    assert keep.exists()
+    with pytest.raises(RunError):
+        delete_run(runs_dir, "../keep")
+    assert sorted(p.name for p in runs_dir.iterdir()) == ["keep"]  # no .deleting-* left
+
+
+def test_runs_table(trained_run):
+    table = runs_table(trained_run.path.parent)
+    row = table.iloc[0]
+    assert (row.run_id, row.state, row.dataset, row.hidden) == (trained_run.id, "finished", "mnist-sample", 32)
+    assert row.test_acc == pytest.approx(trained_run.status()["test_acc"], abs=1e-5)
+    assert 0 < row.best_val_acc <= 1 and row.duration_s > 0
+
+
+# ------------------------------------------------------------------ the control channel, with a real worker
+@pytest.fixture
+def worker_procs():
+    """Worker subprocesses started by a test; killed (whole process group) if still alive at teardown."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # start_worker gives each worker its own session
+            proc.wait(timeout=30)
+
+
+def test_pause_set_resume_stop_a_real_worker(runs_dir, data_dir, worker_procs, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cfg = TrainConfig(dataset="mnist-sample", device="cpu", hidden_size=16, num_layers=1, epochs=200,
+                      log_interval=2, lr=0.01)
+    run, proc = start_worker(runs_dir, cfg, data_dir=data_dir)
+    worker_procs.append(proc)
+    status = lambda: run.status()  # noqa: E731
+    alive = lambda: proc.poll() is None or pytest.fail(  # noqa: E731
+        f"worker exited with {proc.returncode}: {(run.path / 'worker.log').read_text()[-2000:]}")
+
+    wait_for(lambda: alive() and status()["state"] == "running" and status().get("step", 0) >= 4, 180,
+             "the worker to start training")
+
+    run.send_command("pause")
+    paused = wait_for(lambda: alive() and (s := status())["state"] == "paused" and s, 60, "state paused")
+    step = paused["step"]
+    metrics_rows = len(run.metrics())
+    # Two heartbeats later (1 s apart while paused) the worker is alive and the step has not moved.
+    beat = paused["heartbeat"]
+    later = wait_for(lambda: alive() and (s := status())["heartbeat"] > beat + 1.5 and s, 30, "two heartbeats")
+    assert later["state"] == "paused" and later["step"] == step
+    assert len(run.metrics()) == metrics_rows
+
+    run.send_command("set", field="lr", value=0.001)
+    event = wait_for(lambda: alive() and next((e for e in run.events() if e["kind"] == "set"), None), 30,
+                     "the set event")
+    assert event["message"] == f"lr 0.01 -> 0.001 at step {step}"
+    assert wait_for(lambda: status().get("live", {}).get("lr") == 0.001, 30, "live lr in status.json")
+
+    run.send_command("resume")
+    wait_for(lambda: alive() and status()["state"] == "running" and status()["step"] > step + 4, 60,
+             "training to continue")
+    m = run.metrics()
+    new_rows = m[(m.split == "train") & (m.step > step)]
+    assert len(new_rows) and (new_rows.lr == 0.001).all()
+
+    run.send_command("stop")
+    assert proc.wait(timeout=120) == 0
+    final = run.status()
+    assert final["state"] == "stopped" and final["step"] > step
+    ckpt = load_checkpoint(run.last_ckpt)
+    assert ckpt.step == final["step"]
+    assert ckpt.train_config["live"]["lr"] == 0.001
+    assert ckpt.optimizer_state["param_groups"][0]["lr"] == 0.001
+    ckpt.build_model()  # loads into a fresh model
+    kinds = [e["kind"] for e in run.events()]
+    assert [k for k in kinds if k in ("start", "pause", "set", "resume", "stop", "stopped")] == \
+        ["start", "pause", "set", "resume", "stop", "stopped"]
