@@ -13,7 +13,7 @@ from brnn_core.checkpoint import CheckpointError
 from brnn_core.inference import Predictor, prepare
 from brnn_core.runs import list_runs
 from brnn_core.uploads import UploadError, save_upload
-from ui.common import folders
+from ui.common import folders, short_id
 
 MAX_UPLOAD_MB = 50
 runs_dir, _ = folders()
@@ -42,7 +42,7 @@ def checkpoint_choices() -> dict[str, str]:
             if len(val):
                 row = val.loc[val["loss"].idxmin()] if kind == "best" else val.iloc[-1]
                 acc, score = f" · val acc {100 * row['accuracy']:.1f}%", float(row["accuracy"])
-            label = f"{run.id} · {kind}{acc}"
+            label = f"{short_id(run.id)} · {kind}{acc}"
             choices[label], scores[label] = str(path), score + (0.001 if kind == "best" else 0.0)
     return dict(sorted(choices.items(), key=lambda item: -scores[item[0]]))
 

@@ -27,6 +27,7 @@ form = st.session_state.setdefault("form", defaults.to_dict())  # survives page 
 
 
 error_slots: dict = {}
+labels: dict[str, str] = {}
 
 
 def field(name: str, widget, **kwargs):
@@ -35,6 +36,7 @@ def field(name: str, widget, **kwargs):
     value = widget(key=f"w_{name}", **kwargs)
     form[name] = value
     error_slots[name] = st.empty()
+    labels[name] = kwargs["label"]
     return value
 
 
@@ -62,7 +64,7 @@ with left:
         st.info(f"Run **{run.id}** is {state}. Architecture and data are fixed for it; "
                 "the learning rate, clipping and epochs can be changed live on the right.")
     device_options = devices()
-    with st.expander("Data and device", expanded=True):
+    with st.expander("Data and device", expanded=not active):
         preset("dataset", form["dataset"])
         field("dataset", st.selectbox, label="Dataset", options=list(DATASETS), disabled=active,
               format_func=lambda n: DATASETS[n].title)
@@ -75,7 +77,7 @@ with left:
         preset("val_fraction", form["val_fraction"])
         field("val_fraction", st.number_input, label="Validation fraction", step=0.05, format="%.2f",
               disabled=active)
-    with st.expander("Model", expanded=True):
+    with st.expander("Model", expanded=not active):
         for name, label in (("hidden_size", "Hidden size"), ("num_layers", "LSTM layers")):
             preset(name, form[name])
             field(name, st.number_input, label=label, step=1, disabled=active)
@@ -85,7 +87,7 @@ with left:
         field("head", st.selectbox, label="Head", options=["bidir", "last"], disabled=active)
         if active:
             st.caption(FIXED_WHILE_RUNNING)
-    with st.expander("Optimisation", expanded=True):
+    with st.expander("Optimisation", expanded=not active):
         preset("optimizer", form["optimizer"])
         field("optimizer", st.selectbox, label="Optimizer", options=["adam", "adamw", "sgd"], disabled=active)
         for name, label, fmt, step in (("lr", "Learning rate", "%.5f", 0.001), ("batch_size", "Batch size", None, 10),
@@ -97,7 +99,7 @@ with left:
             field(name, st.number_input, label=label, step=step, disabled=active, **kwargs)
     with st.expander("Advanced"):
         for name, label in (("seed", "Seed"), ("log_interval", "Log every N steps"),
-                            ("eval_batch_size", "Evaluation batch size")):
+                            ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)")):
             preset(name, form[name])
             field(name, st.number_input, label=label, step=1, disabled=active)
         preset("amp", form["amp"])
@@ -110,13 +112,20 @@ with left:
         config, errors = None, exc.errors
     for name, message in errors.items():
         if name in error_slots:
-            error_slots[name].error(message, icon=":material/error:")
+            error_slots[name].error(f"{labels[name]}: {message}", icon=":material/error:")
 
 
 # ------------------------------------------------------------------ buttons
+def form_now() -> dict:
+    """The form as its widgets hold it now. Callbacks run before the script body, so `form` may still hold
+    the previous run's values (typing a value and clicking Start at once sends both in one rerun)."""
+    state = st.session_state
+    return {name: state.get(f"w_{name}", value) for name, value in state["form"].items()}
+
+
 def on_start() -> None:
     try:
-        new = registry().start(runs_dir, TrainConfig.from_dict(st.session_state["form"]), data_dir=data_dir)
+        new = registry().start(runs_dir, TrainConfig.from_dict(form_now()), data_dir=data_dir)
     except (ConfigError, RunError, OSError) as exc:
         flash("error", f"Not started: {exc}")
         return
@@ -125,7 +134,8 @@ def on_start() -> None:
 
 
 def on_command(cmd: str) -> None:
-    run.send_command(cmd)
+    cid = run.send_command(cmd)
+    st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = cmd.capitalize()
     flash("info", {"pause": "Pausing…", "resume": "Resuming…", "stop": "Stopping: saving a checkpoint first…"}[cmd])
 
 
@@ -154,7 +164,8 @@ can_resume_ckpt = run is not None and state in ("stopped", "interrupted") and ru
 with right:
     b1, b2, b3, b4 = st.columns(4)
     if errors:
-        st.error("Fix the highlighted hyperparameters before starting: " + ", ".join(errors))
+        st.error("Fix the highlighted hyperparameters before starting: "
+                 + ", ".join(labels.get(name, name) for name in errors))
     b1.button("Start training", type="primary", on_click=on_start, disabled=bool(errors) or active,
               help="Creates a new run and trains it in the background.", use_container_width=True)
     b2.button("Pause", on_click=on_command, args=("pause",), disabled=state not in ("running", "loading"),
@@ -225,9 +236,12 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     if s.get("state") != seen_state:
         st.rerun()
     st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`")
-    if s.get("message"):
-        kind = {"failed": st.error, "diverged": st.error, "interrupted": st.warning}.get(s.get("state"), st.caption)
-        kind(s["message"])
+    message = s.get("message") or ""
+    slot = st.empty()  # always one element here: a changing element count leaves stale copies on screen
+    if message and not (s.get("state") == "running" and message.startswith("epoch ")):  # the progress line has it
+        kind = {"failed": slot.error, "diverged": slot.error, "interrupted": slot.warning}.get(s.get("state"),
+                                                                                              slot.caption)
+        kind(message)
     total = s.get("total_steps") or 0
     st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0, text=eta_text(s) or "waiting…")
     events = live_run.events()
@@ -237,6 +251,8 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
             e = acks[cid]
             if e["kind"] == "set":
                 st.success(f"{what}: applied, {e['message']}", icon=":material/check:")
+            elif e["kind"] in ("pause", "resume", "stop"):
+                st.info(f"{what}: {e['message']}", icon=":material/check:")
             else:
                 st.warning(f"{what}: {e['message']}")
         else:

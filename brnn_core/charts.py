@@ -101,6 +101,7 @@ def accuracy_figure(metrics: pd.DataFrame, *, revision: str = "acc") -> go.Figur
 
 def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr") -> go.Figure:
     fig = _figure("Learning rate", revision, x_title="step", y_title="lr", log_y=True)
+    fig.update_yaxes(dtick=1, exponentformat="e")  # label powers of ten only: minor "2" and "5" read as values
     train = metrics[metrics["split"] == "train"]
     if len(train):
         fig.add_scatter(x=train["step"], y=train["lr"], name="lr", mode="lines", line=dict(shape="hv"))

@@ -146,7 +146,7 @@ def _mean(total: torch.Tensor, n: int) -> float:
     return (total / n).item() if n else float("nan")
 
 
-def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 1000,
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 250,
              amp: str = "off", num_classes: int | None = None) -> EvalResult:
     """Loss, accuracy and predictions over a whole split, in eval mode with no autograd."""
     device = images.device
@@ -202,7 +202,7 @@ class FitResult:
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tensor, train_y: torch.Tensor,
         val_x: torch.Tensor, val_y: torch.Tensor, *, epochs: int, batch_size: int, seed: int,
-        log_interval: int = 10, eval_batch_size: int = 1000, amp: str = "off", start_epoch: int = 0,
+        log_interval: int = 10, eval_batch_size: int = 250, amp: str = "off", start_epoch: int = 0,
         start_batch: int = 0, step: int = 0, hooks: FitHooks | None = None) -> FitResult:
     """Train for `epochs` epochs (from `start_epoch`/`start_batch` when resuming), validating after each."""
     from .data import batches, epoch_order

@@ -19,7 +19,7 @@ import torch
 
 from .allocator import tune_malloc
 from .checkpoint import CheckpointError, check_state_matches, load_checkpoint, save_checkpoint
-from .config import LIVE_FIELDS, TrainConfig, resolve_device
+from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_device
 from .data import DatasetError, load_dataset, split_train_val
 from .engine import EvalResult, FitHooks, LogPoint, evaluate, fit, make_optimizer
 from .fileio import atomic_write, atomic_write_json
@@ -86,6 +86,9 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     config = run.config()
     cfg = TrainConfig.from_dict(config.get("train", {}))
     device = resolve_device(cfg.device)
+    threads = cpu_threads(cfg.cpu_threads)
+    if device.type == "cpu" and threads:
+        torch.set_num_threads(threads)  # spinning OpenMP threads on a busy machine cost far more than they give
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     elif device.type == "cpu":

@@ -86,9 +86,18 @@ def run_picker(runs_dir: Path, *, label: str = "Current run", key: str = "run_pi
 
     st.session_state[key] = ids[index]
     st.sidebar.selectbox(label, ids, key=key, on_change=changed,
-                         format_func=lambda i: f"{i} ({states.get(i)})")
+                         format_func=lambda i: f"{short_id(i)} · {states.get(i)}")
     select_run(ids[index])
     return Run(runs_dir / ids[index])
+
+
+def short_id(run_id: str) -> str:
+    """'20261129-214049-mnist-sample-ab6c' -> '21:40:49 mnist-sample ab6c': what tells runs apart first."""
+    parts = run_id.split("-")
+    if len(parts) >= 4 and len(parts[1]) == 6 and parts[1].isdigit():
+        t = parts[1]
+        return f"{t[:2]}:{t[2:4]}:{t[4:]} {'-'.join(parts[2:-1])} {parts[-1]}"
+    return run_id
 
 
 def flash(kind: str, message: str) -> None:

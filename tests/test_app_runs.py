@@ -1,0 +1,119 @@
+"""Runs page, headless with Streamlit's AppTest: the table, one run's report, deleting a run."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+from app_helpers import APP, copy_run, trained_template
+from streamlit.testing.v1 import AppTest
+
+from brnn_core.runs import Run
+
+TIMEOUT = 90
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
+    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
+    monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir))
+    return runs_dir, data_dir
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory) -> Run:
+    return trained_template(tmp_path_factory.mktemp("trained"), "epochs=1", "hidden_size=16")
+
+
+def runs_page() -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("app_pages/runs.py").run()
+    no_exception(at)
+    assert at.title[0].value == "Runs"
+    return at
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_no_runs(dirs):
+    at = runs_page()
+    assert any("No runs yet" in i.value for i in at.info)
+    assert not at.dataframe
+
+
+def test_table_lists_every_run(dirs, finished):
+    runs_dir, _ = dirs
+    a = copy_run(finished, runs_dir, "20000101-000000-mnist-sample-aaaa")
+    b = copy_run(finished, runs_dir, "20000102-000000-mnist-sample-bbbb")
+    at = runs_page()
+    table = at.dataframe(key="runs_table").value
+    assert list(table["run_id"]) == [b.id, a.id]  # newest first
+    assert set(table["state"]) == {"finished"}
+    assert list(table["hidden"]) == [16, 16]
+    assert (table["best_val_acc"] > 10).all()  # shown in percent
+    inspect = at.selectbox(key="inspect")
+    assert inspect.value == b.id and inspect.options == [b.id, a.id]
+    assert any(m.label == "Test accuracy" for m in at.metric)  # the finished run's report
+
+
+def test_inspect_another_run(dirs, finished):
+    runs_dir, _ = dirs
+    a = copy_run(finished, runs_dir, "20000101-000000-mnist-sample-aaaa")
+    copy_run(finished, runs_dir, "20000102-000000-mnist-sample-bbbb")
+    at = runs_page()
+    at.selectbox(key="inspect").select(a.id).run()
+    no_exception(at)
+    assert any(c.label == f"Yes, delete {a.id} and its checkpoints" for c in at.checkbox)
+    assert any(str(a.path.resolve()) in c.value for c in at.code)
+
+
+def test_report_can_be_computed_from_a_checkpoint(dirs, finished):
+    runs_dir, _ = dirs
+    run = copy_run(finished, runs_dir)
+    (run.path / "report.json").unlink()
+    at = runs_page()
+    assert any("No test report yet" in i.value for i in at.info)
+    compute = next(b for b in at.button if b.label == "Compute the test report")
+    compute.click().run()
+    no_exception(at)
+    assert (run.path / "report.json").is_file()
+    assert any(m.label == "Test accuracy" for m in at.metric)
+
+
+def test_delete_needs_the_confirmation_checkbox(dirs, finished):
+    runs_dir, _ = dirs
+    keep = copy_run(finished, runs_dir, "20000101-000000-mnist-sample-aaaa")
+    doomed = copy_run(finished, runs_dir, "20000102-000000-mnist-sample-bbbb")
+    at = runs_page()
+    assert at.selectbox(key="inspect").value == doomed.id
+    delete = next(b for b in at.button if b.label == "Delete run")
+    assert delete.disabled  # (AppTest, like a browser, refuses to click it)
+
+    at.checkbox(key=f"sure_{doomed.id}").check().run()
+    delete = next(b for b in at.button if b.label == "Delete run")
+    assert not delete.disabled
+    delete.click().run()
+    no_exception(at)
+    assert not doomed.path.exists()
+    assert keep.path.is_dir()
+    assert not [p for p in runs_dir.iterdir() if p.name.startswith(".deleting-")]
+    assert any(f"Deleted run {doomed.id}" in s.value for s in at.success)
+    assert list(at.dataframe(key="runs_table").value["run_id"]) == [keep.id]
+
+
+def test_an_active_run_cannot_be_deleted(dirs, finished):
+    runs_dir, _ = dirs
+    run = copy_run(finished, runs_dir)
+    me = psutil.Process(os.getpid())  # a live process stands in for the worker
+    run.write_status(state="running", pid=me.pid, pid_started=me.create_time(), heartbeat=time.time())
+    at = runs_page()
+    assert any("Stop the run before deleting it" in c.value for c in at.caption)
+    at.checkbox(key=f"sure_{run.id}").check().run()
+    assert next(b for b in at.button if b.label == "Delete run").disabled
+    assert run.path.is_dir()
