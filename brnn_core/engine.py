@@ -173,6 +173,11 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
                       predictions=pred, probabilities=prob, per_class=per_class)
 
 
+def weights_finite(model: nn.Module) -> bool:
+    """True when no parameter holds inf or NaN (one host sync)."""
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+
+
 def confusion_matrix(truth: torch.Tensor, pred: torch.Tensor, num_classes: int) -> list[list[int]]:
     """counts[true][predicted]."""
     flat = truth.long() * num_classes + pred.long()
@@ -222,7 +227,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
         if result.stopped:
             return FitResult("stopped", epoch, step, result.batches_done, last_val)
         last_val = evaluate(model, val_x, val_y, batch_size=eval_batch_size, amp=amp)
-        if not math.isfinite(last_val.loss):
+        # Inf weights can still give a finite loss (saturated gates): check both before anything is saved.
+        if not math.isfinite(last_val.loss) or not weights_finite(model):
             return FitResult("diverged", epoch, step, result.batches_done, last_val)
         epoch, batch0 = epoch + 1, 0
         if hooks.on_epoch_end:

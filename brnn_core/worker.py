@@ -21,7 +21,7 @@ from .allocator import tune_malloc
 from .checkpoint import CheckpointError, check_state_matches, load_checkpoint, save_checkpoint
 from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_device
 from .data import DatasetError, load_dataset, split_train_val
-from .engine import EvalResult, FitHooks, LogPoint, evaluate, fit, make_optimizer
+from .engine import EvalResult, FitHooks, LogPoint, evaluate, fit, make_optimizer, weights_finite
 from .fileio import atomic_write, atomic_write_json
 from .jobs import Controller
 from .model import BiLSTM, ModelConfig
@@ -167,7 +167,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
                          heartbeat=time.time(), samples_per_s=p.samples_per_s, loss=p.loss, **status_extra())
         printer("log", {**status_extra(), "loss": p.loss, "samples_per_s": p.samples_per_s, "step": p.step})
         # The logged loss predates the last update, so the weights may already be inf: never save those.
-        if time.perf_counter() - last_save[0] > CHECKPOINT_EVERY_S and _weights_finite(model):
+        if time.perf_counter() - last_save[0] > CHECKPOINT_EVERY_S and weights_finite(model):
             save_last(epoch, p.batch, p.step)
 
     def on_epoch_end(epoch: int, result, val: EvalResult) -> None:
@@ -241,8 +241,6 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     return "finished"
 
 
-def _weights_finite(model: torch.nn.Module) -> bool:
-    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 def drop_metrics_after(run: Run, step: int) -> int:

@@ -28,6 +28,7 @@ from brnn_core.cli import main
 from brnn_core.inference import Predictor
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.worker import run_training
+from ui.common import short_id
 
 CLASSES = [str(i) for i in range(10)]
 
@@ -270,7 +271,7 @@ def test_predict_page_shows_an_error_for_each_bad_checkpoint(bad_files, good, tm
     for name in UI_CASES:
         run = make_run(runs_dir, epochs=1)
         run.best_ckpt.write_bytes(bad_files[name][0].read_bytes())
-        labels[run.id] = name
+        labels[short_id(run.id)] = name  # the picker labels runs by time, dataset and suffix
     at = app_test(monkeypatch, runs_dir, page="app_pages/predict.py")
     at.run()
     assert not at.exception, texts(at.exception)
