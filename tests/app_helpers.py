@@ -11,9 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+from polling import poll
 
 from brnn_core.runs import Run, list_runs
 
@@ -81,15 +83,13 @@ def copy_run(run: Run, runs_dir: Path, run_id: str | None = None) -> Run:
 
 
 def wait_for(predicate: Callable[[], object], what: str, timeout: float = 120.0, interval: float = 0.2):
-    """Poll until predicate() is truthy; fail with `what` after `timeout` seconds (the machine is busy)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    """`polling.poll` with the argument order these app tests use, failing as an AssertionError (callers add
+    the worker's log to it)."""
+    try:
+        return poll(predicate, timeout, what, interval)
+    except pytest.fail.Exception as exc:
+        raise AssertionError(str(exc)) from None
+
 
 
 def wait_for_state(run: Run, states: str | tuple[str, ...], timeout: float = 120.0) -> dict:

@@ -11,11 +11,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from polling import poll
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # plain `pytest` (not `python -m pytest`) does not add the repo root
@@ -143,16 +143,7 @@ def train_run(runs_dir: Path, data_dir: Path | None = None, **overrides) -> tupl
     return run, run_training(run, data_dir=data_dir or runs_dir)
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
-    """Poll `predicate()` until it returns something truthy; fail naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+wait_for = poll
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+from polling import poll
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -89,16 +89,7 @@ def torch_threads(n: int = 1):
         torch.set_num_threads(before)
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
-    """Poll until predicate() is truthy; fail naming `what` after `timeout` seconds (never a timing assert)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+wait_until = poll
 
 
 def pid_alive(pid: int) -> bool:
