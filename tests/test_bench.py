@@ -68,7 +68,9 @@ def check_results(out: Path, device: str) -> None:
         if r["metric"] == "overhead":  # may be slightly negative on a noisy machine
             assert math.isfinite(r["value"]), r
             continue
-        assert isinstance(r["value"], int | float) and math.isfinite(r["value"]) and r["value"] > 0, r
+        assert isinstance(r["value"], int | float) and math.isfinite(r["value"]), r
+        # a count (page faults per step) can be 0 with the tuned allocator; every other number is positive
+        assert r["value"] >= 0 if r["metric"] == "page faults" else r["value"] > 0, r
         assert float(c["value"]) == pytest.approx(r["value"])
         if r["lo"] is not None:  # a count (page faults) can be 0 in its best round
             assert 0 <= r["lo"] <= r["value"] <= r["hi"] or r["metric"] == "ratio", r
