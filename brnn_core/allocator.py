@@ -3,12 +3,14 @@
 A CPU training step of the default model allocates and frees the same few-MB buffers (LSTM
 gates and activations, their gradients) over and over. With glibc's default settings freed
 memory at the top of the heap is returned to the OS (trimmed) and buffers above the adaptive
-mmap threshold are mapped and unmapped each time, so every step touches fresh pages: about
-10,000 page faults (40 MB zero-filled by the kernel) per step of batch 100. `tune_malloc()`
-raises the mmap threshold to 32 MB and the trim threshold to 1 GB, so the buffers are reused:
-the page faults disappear and training runs about 1.3-1.45x faster on the same numbers
-(bench/README.md, "allocator"). The cost: freed memory stays in the process until it exits
-(the peak RSS is unchanged; the process just does not shrink after it).
+mmap threshold are mapped and unmapped each time, so every step touches fresh pages: up to
+10,000 page faults (40 MB zero-filled by the kernel) per step of batch 100 (how many depends on
+what the process allocated before; the worker takes about 10,000). `tune_malloc()` fixes the
+mmap threshold at 32 MB and the trim threshold at 1 GB, so the buffers are reused: the page
+faults disappear and training runs up to 1.45x faster on the same numbers (1.19x measured on
+the worker; a few percent slower in a process that would not have faulted anyway; see
+bench/README.md, "Speed work"). The cost: freed memory stays in the process until it exits
+(peak RSS +9% measured: 1,000 -> 1,087 MB for a worker run).
 
 Called by the training worker for CPU runs and by the benchmark. A no-op outside glibc Linux,
 when BRNN_MALLOC_TUNING=0, or when the user set glibc's own MALLOC_* variables.
