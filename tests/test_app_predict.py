@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
-from app_helpers import APP, copy_run, trained_template
+from app_helpers import APP, copy_run
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig
 from brnn_core.jobs import new_run_config
-from brnn_core.runs import Run, create_run
+from brnn_core.runs import create_run
 from ui.common import short_id
 
 TIMEOUT = 90
-
-
-@pytest.fixture
-def dirs(tmp_path, monkeypatch):
-    runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
-    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
-    monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir))
-    return runs_dir, data_dir
-
-
-@pytest.fixture(scope="session")
-def finished(tmp_path_factory) -> Run:
-    return trained_template(tmp_path_factory.mktemp("trained"), "epochs=1", "hidden_size=16")
 
 
 def predict_page() -> AppTest:

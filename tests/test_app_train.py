@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from app_helpers import APP, copy_run, kill_workers, trained_template, wait_for, wait_for_state
+from app_helpers import APP, copy_run, kill_workers, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
-from brnn_core.runs import Run, list_runs
+from brnn_core.runs import list_runs
 
 TIMEOUT = 90  # seconds per script run: other jobs share the two cores
 
 
+
 @pytest.fixture
-def dirs(tmp_path, monkeypatch):
-    runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
-    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
-    monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir))
-    yield runs_dir, data_dir
-    kill_workers(runs_dir)
-
-
-@pytest.fixture(scope="session")
-def finished(tmp_path_factory) -> Run:
-    return trained_template(tmp_path_factory.mktemp("trained"), "epochs=1", "hidden_size=16")
+def dirs(dirs):
+    """conftest's folders; workers these tests start are killed afterwards."""
+    yield dirs
+    kill_workers(dirs[0])
 
 
 def app() -> AppTest:

@@ -18,10 +18,8 @@ import urllib.request
 from pathlib import Path
 
 import pandas as pd
-import pytest
 from test_hardening_support import (
     REPO,
-    Zygote,
     app_test,
     free_port,
     kill_pid,
@@ -34,7 +32,6 @@ from test_hardening_support import (
     wait_until,
     worker_env,
     worker_environ,
-    write_sample_as_idx,
 )
 
 from brnn_core import jobs
@@ -52,17 +49,6 @@ def rows_added(before: list, after: list) -> list:
         n += 1
     return after[n:]
 
-
-@pytest.fixture(scope="module")
-def idx_data(tmp_path_factory) -> Path:
-    return write_sample_as_idx(tmp_path_factory.mktemp("idx-data"))
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = Zygote()
-    yield z
-    z.close()
 
 
 def assert_reads_cleanly(run: Run) -> int | None:

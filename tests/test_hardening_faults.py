@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 import torch
 from test_hardening_support import (
-    Zygote,
     app_test,
     fake_finished_run,
     kill_pid,
@@ -34,7 +33,6 @@ from test_hardening_support import (
     tree_digest,
     wait_until,
     worker_environ,
-    write_sample_as_idx,
 )
 
 from brnn_core import jobs
@@ -44,18 +42,6 @@ from brnn_core.inference import Predictor
 from brnn_core.jobs import JobRegistry
 from brnn_core.runs import Run, RunError, list_runs
 from brnn_core.worker import run_training
-
-
-@pytest.fixture(scope="module")
-def idx_data(tmp_path_factory) -> Path:
-    return write_sample_as_idx(tmp_path_factory.mktemp("idx-data"))
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = Zygote()
-    yield z
-    z.close()
 
 
 def assert_no_half_runs(runs_dir: Path) -> list[Run]:
