@@ -228,9 +228,8 @@ def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool) -> lis
     return cache[1]
 
 
-@st.fragment(run_every=1.0)
 def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool) -> None:
-    """Re-reads the run directory every second; a state change reruns the whole page (buttons)."""
+    """Re-reads the run directory on a timer; a state change reruns the whole page (buttons)."""
     live_run = Run(run_path)
     s = live_run.status()
     if s.get("state") != seen_state:
@@ -280,4 +279,6 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
 
 
 with right:
-    live_panel(str(run.path), state, smoothing, log_y)
+    # Every second while the run can change; an ended run is only watched for a resume from elsewhere
+    # (the CLI, another tab), which a slower poll catches without redrawing the page every second.
+    st.fragment(run_every=1.0 if active else 5.0)(live_panel)(str(run.path), state, smoothing, log_y)
