@@ -334,8 +334,10 @@ def serve(kind: str, device: torch.device, spec: dict) -> int:
                 trainer = BlogTrainer(ds.train_x, ds.train_y, device)
         elif kind in ("engine-eval", "blog-eval"):
             test = load_dataset(spec.get("eval_dataset") or "mnist-sample", download=False)
-            evaluator = (EngineEvaluator if kind == "engine-eval" else BlogEvaluator)(test.test_x, test.test_y,
-                                                                                      device)
+            if kind == "engine-eval":
+                evaluator = EngineEvaluator(test.test_x, test.test_y, device, amp=spec.get("amp", "off"))
+            else:
+                evaluator = BlogEvaluator(test.test_x, test.test_y, device)
         else:
             raise ValueError(f"unknown kind {kind!r}")
     except Exception as exc:  # noqa: BLE001 - reported to the parent
@@ -362,8 +364,8 @@ def serve(kind: str, device: torch.device, spec: dict) -> int:
 class EngineEvaluator:
     """engine.evaluate over a whole test set on the device, at the default eval batch."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device):
-        self.device, self.batch_size = device, TrainConfig().eval_batch_size
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, amp: str = "off"):
+        self.device, self.batch_size, self.amp = device, TrainConfig().eval_batch_size, amp
         torch.manual_seed(0)
         self.model = BiLSTM(ModelConfig()).to(device)
         self.x, self.y = x.to(device), y.to(device)
@@ -372,7 +374,7 @@ class EngineEvaluator:
         n = min(len(self.x), 2 * self.batch_size) if warmup else len(self.x)
         sync(self.device)
         t0 = time.perf_counter()
-        result = evaluate(self.model, self.x[:n], self.y[:n], batch_size=self.batch_size)
+        result = evaluate(self.model, self.x[:n], self.y[:n], batch_size=self.batch_size, amp=self.amp)
         sync(self.device)
         return {"seconds": time.perf_counter() - t0, "n": n, "accuracy": result.accuracy}
 
@@ -635,8 +637,13 @@ def bench_eval(ctx: Context) -> list[Row]:
     s = ctx.sizes
     name, x, _ = ctx.eval_data()
     spec = {"eval_dataset": name}
-    with children({"engine.evaluate": ("engine-eval", ctx.device, ctx.tuned, spec),
-                   "blog eval loop": ("blog-eval", ctx.device, False, spec)}) as sides:
+    specs = {"engine.evaluate": ("engine-eval", ctx.device, ctx.tuned, spec),
+             "blog eval loop": ("blog-eval", ctx.device, False, spec)}
+    # the reduced-precision path, whose accuracy effect bench/eval_precision.py measures on trained checkpoints
+    low = next((m for m in ctx.amp_modes() if m != "off"), None)
+    if low:
+        specs[f"engine.evaluate, amp {low}"] = ("engine-eval", ctx.device, ctx.tuned, {**spec, "amp": low})
+    with children(specs) as sides:
         for side in sides.values():
             side.call("eval", warmup=True)
         res = alternate({k: (lambda side=side: side.call("eval")["seconds"]) for k, side in sides.items()},
@@ -646,15 +653,24 @@ def bench_eval(ctx: Context) -> list[Row]:
     blog_sps = [n / t for t in res["blog eval loop"]]
     what = f"{name} test set, {n} images"
     eng, bl = res["engine.evaluate"], res["blog eval loop"]
-    return [
+    rows = [
         Row("eval", "engine.evaluate", "time", median(eng), "s", min(eng), max(eng), len(eng),
             note=f"{what}, eval batch {TrainConfig().eval_batch_size} (the default)"),
         throughput_row("eval", "engine.evaluate", eng_sps, "probabilities and predictions kept, as the worker does"),
         Row("eval", "blog eval loop", "time", median(bl), "s", min(bl), max(bl), len(bl),
             note=f"{what}, DataLoader batch 100, loss.item() per batch"),
         throughput_row("eval", "blog eval loop", blog_sps, "a plain Python process"),
-        ratio_row("eval", "engine / blog", eng_sps, blog_sps, target=2.0, note="alternated"),
+        ratio_row("eval", "engine / blog", eng_sps, blog_sps, target=2.0, note="alternated, fp32 both"),
     ]
+    if low:
+        case = f"engine.evaluate, amp {low}"
+        low_sps = [n / t for t in res[case]]
+        rows += [
+            throughput_row("eval", case, low_sps, f"autocast {low}; accuracy effect: bench/eval_precision.md"),
+            ratio_row("eval", f"engine {low} / blog", low_sps, blog_sps, target=2.0,
+                      note=f"alternated; the engine in {low} autocast, the blog in fp32"),
+        ]
+    return rows
 
 
 # ------------------------------------------------------------------ 4. prediction latency

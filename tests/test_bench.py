@@ -29,6 +29,8 @@ EXPECTED = {  # (bench, case, metric) rows that a CPU run must produce
     ("eval", "engine.evaluate", "time"),
     ("eval", "blog eval loop", "throughput"),
     ("eval", "engine / blog", "ratio"),
+    ("eval", "engine.evaluate, amp bf16", "throughput"),
+    ("eval", "engine bf16 / blog", "ratio"),
     ("predict", "Predictor.predict (model on cpu)", "latency median"),
     ("predict", "Predictor.predict (model on cpu)", "latency p95"),
     ("scaling", "train, batch 32", "throughput"),

@@ -66,6 +66,18 @@ def test_evaluate_prints_loss_accuracy_and_per_class(trained_ckpt, runs_dir, dat
     assert [float(a) for _, a in per_class] == pytest.approx([100 * a for a in expected.per_class], abs=0.006)
 
 
+def test_evaluate_with_bf16_autocast_matches_the_library(trained_ckpt, runs_dir, data_dir, sample):
+    result = run_cli(["evaluate", trained_ckpt, "--dataset", "mnist-sample", "--amp", "bf16"], runs_dir, data_dir)
+    assert result.returncode == 0, result.stderr
+    assert ", autocast bf16" in result.stdout
+    accuracy = float(re.search(r"^accuracy: (\d+\.\d+)%$", result.stdout, re.M).group(1))
+    model = load_checkpoint(trained_ckpt).build_model()
+    bf16 = evaluate(model, sample.test_x, sample.test_y, amp="bf16")
+    assert accuracy == pytest.approx(100 * bf16.accuracy, abs=0.006)
+    # bf16 keeps 8 bits of mantissa: a few borderline digits at most may flip against fp32
+    assert abs(bf16.accuracy - evaluate(model, sample.test_x, sample.test_y).accuracy) <= 0.01
+
+
 def test_predict_prints_the_top_classes(trained_ckpt, runs_dir, data_dir, sample, tmp_path):
     digit = tmp_path / "digit.png"
     Image.fromarray(sample.test_x[0].numpy()).resize((280, 280)).save(digit)  # white on black, opaque

@@ -182,6 +182,30 @@ def test_evaluate_runs_in_eval_mode_and_restores_the_previous_mode(sample, befor
     assert result.accuracy == pytest.approx(float((result.predictions == y).float().mean()))
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_evaluate_on_several_threads_matches_one_thread(sample, threads):
+    model = small_model()
+    model.train()
+    modes = _record_modes(model)
+    x, y = _tiny_split(sample, 230)  # 5 batches of 50, the last one short: uneven round robin
+    one = evaluate(model, x, y, batch_size=50, threads=1)
+    calls = len(modes)
+    threads_before = torch.get_num_threads()
+    many = evaluate(model, x, y, batch_size=50, threads=threads)
+    assert modes[calls:] == [False] * 10  # every batch in eval mode, in every thread
+    assert model.training and torch.get_num_threads() == threads_before  # the caller's settings untouched
+    assert torch.equal(many.predictions, one.predictions)  # same order, same answers
+    assert torch.allclose(many.probabilities, one.probabilities, atol=1e-5)
+    assert many.loss == pytest.approx(one.loss, rel=1e-5) and many.accuracy == one.accuracy
+    assert many.per_class == one.per_class
+
+
+def test_evaluate_an_empty_split_says_nan_not_zero(sample):
+    result = evaluate(small_model(), sample.test_x[:0], sample.test_y[:0], num_classes=10)
+    assert math.isnan(result.loss) and math.isnan(result.accuracy)
+    assert result.predictions.shape == (0,) and result.probabilities.shape == (0, 10)
+
+
 @pytest.mark.parametrize("before", [True, False], ids=["was-training", "was-eval"])
 def test_train_one_epoch_runs_in_training_mode_and_restores(sample, before):
     model = small_model()
