@@ -7,7 +7,7 @@ Run on a machine with an NVIDIA GPU:  python bench/cuda_check.py [--out bench/re
    training mode"); we expect to see exactly that error.
 2. brnn_core's engine doing the same sequence (train_one_epoch, evaluate, train_one_epoch),
    also after an explicit model.eval(): it must run.
-3. GPU throughput of brnn_core's training loop (samples/s), fp32 and bf16 autocast.
+3. GPU throughput of brnn_core's training loop (samples/s), fp32, bf16 and fp16 autocast.
 
 Data: random uint8 images are enough to show the error and to time the loop (the loop's
 speed does not depend on pixel values), so nothing has to be downloaded on the GPU machine.
@@ -96,7 +96,7 @@ def main() -> int:
               "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d %H:%M")}
     result["blog_without_fix"] = blog_scenario_without_fix(device)
     result["brnn_core_train_eval_train"] = engine_scenario(device)
-    for amp in ("off", "bf16"):
+    for amp in ("off", "bf16", "fp16"):  # fp16 with loss scaling (train_one_epoch makes a GradScaler)
         result[f"train_samples_per_s_{amp}"] = round(throughput(device, amp))
     result["max_memory_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     for key, value in result.items():

@@ -45,7 +45,7 @@ from . import blog_baseline as blog
 from .allocator import tune_malloc
 from .config import TrainConfig, cpu_threads, device_problem, resolve_device
 from .data import Dataset, DatasetError, batches, epoch_order, load_dataset, to_input
-from .engine import evaluate, make_optimizer, train_one_epoch
+from .engine import evaluate, grad_scaler, make_optimizer, train_one_epoch
 from .fileio import atomic_write
 from .model import BiLSTM, ModelConfig
 
@@ -165,6 +165,7 @@ class EngineTrainer:
         self.optimizer = make_optimizer(self.model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay,
                                         cfg.momentum)
         self.x, self.y = x.to(device), y.to(device)
+        self.scaler = grad_scaler(device, amp)  # fp16: loss scaling as fit does it, kept across measurements
         self.seed, self.epoch, self.pending = seed, 0, iter(())
 
     def _index_batches(self, steps: int) -> Iterator[torch.Tensor]:
@@ -183,7 +184,7 @@ class EngineTrainer:
         sync(self.device)
         t0 = time.perf_counter()
         result = train_one_epoch(self.model, self.optimizer, self.x, self.y, self._index_batches(steps),
-                                 log_interval=self.log_interval, amp=self.amp)
+                                 log_interval=self.log_interval, amp=self.amp, scaler=self.scaler)
         sync(self.device)
         seconds = time.perf_counter() - t0
         if result.diverged:

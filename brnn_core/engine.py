@@ -45,6 +45,11 @@ def autocast(device: torch.device, amp: str):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def grad_scaler(device: torch.device, amp: str) -> torch.amp.GradScaler | None:
+    """Loss scaling for fp16 training (bf16 has fp32's range and needs none)."""
+    return torch.amp.GradScaler(device.type) if amp == "fp16" else None
+
+
 def make_optimizer(params: Iterable[torch.Tensor], name: str, lr: float, weight_decay: float = 0.0,
                    momentum: float = 0.9) -> torch.optim.Optimizer:
     if name == "adam":
@@ -90,14 +95,18 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
                     labels: torch.Tensor, index_batches: Iterable[torch.Tensor], *, step: int = 0,
                     batch_offset: int = 0, grad_clip: Callable[[], float] = lambda: 0.0,
                     log_interval: int = 10, on_log: Callable[[LogPoint], None] | None = None,
-                    before_step: Callable[[int], bool] | None = None, amp: str = "off") -> EpochResult:
+                    before_step: Callable[[int], bool] | None = None, amp: str = "off",
+                    scaler: torch.amp.GradScaler | None = None) -> EpochResult:
     """One pass of optimizer steps over `index_batches` (index tensors into images/labels).
 
     `images` are uint8 (N, 28, 28) already on the model's device. `before_step(step)` is
     called between steps (live controls, pause); returning False stops the epoch early.
-    `grad_clip()` is read every step so it can change while training.
+    `grad_clip()` is read every step so it can change while training. With amp="fp16" the loss is
+    scaled (`scaler`, one per run as fit passes it): small fp16 gradients underflow to zero otherwise.
     """
     device = images.device
+    if amp == "fp16" and scaler is None:
+        scaler = grad_scaler(device, amp)
     running = torch.zeros((), device=device)  # loss summed on the device since the last log
     total = torch.zeros((), device=device)
     since_log = batches = 0
@@ -115,11 +124,19 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
             with autocast(device, amp):
                 loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if scaler is None:
+                loss.backward()
+            else:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             clip = grad_clip()
             if clip > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)  # skipped when the scaled gradients overflowed; the scale then drops
+                scaler.update()
             step += 1
             batches += 1
             since_log += 1
@@ -234,12 +251,14 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
     hooks = hooks or FitHooks()
     total_epochs = hooks.epochs or (lambda: epochs)
     epoch, batch0, last_val = start_epoch, start_batch, None
+    scaler = grad_scaler(train_x.device, amp)  # one per run: its scale carries over between epochs
     while epoch < total_epochs():
         order = epoch_order(len(train_x), seed, epoch).to(train_x.device)  # replayable for resume
         on_log = (lambda p, e=epoch: hooks.on_log(e, p)) if hooks.on_log else None
         result = train_one_epoch(model, optimizer, train_x, train_y, batches(order, batch_size, batch0),
                                  step=step, batch_offset=batch0, grad_clip=hooks.grad_clip or (lambda: 0.0),
-                                 log_interval=log_interval, on_log=on_log, before_step=hooks.before_step, amp=amp)
+                                 log_interval=log_interval, on_log=on_log, before_step=hooks.before_step, amp=amp,
+                                 scaler=scaler)
         step = result.step
         if result.diverged:
             return FitResult("diverged", epoch, step, result.batches_done, last_val)

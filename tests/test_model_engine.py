@@ -24,9 +24,11 @@ from brnn_core.engine import (
     confusion_matrix,
     evaluate,
     fit,
+    grad_scaler,
     make_optimizer,
     mode,
     train_one_epoch,
+    weights_finite,
 )
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.worker import run_training
@@ -159,6 +161,39 @@ def test_engine_trains_after_evaluate_as_the_blog_could_not(sample):
     result = fit(cudnn_like_model(), make_optimizer(model.parameters(), "adam", 0.01), x, y, x, y,
                  epochs=2, batch_size=50, seed=0, log_interval=2)
     assert result.state == "finished" and result.epoch == 2 and result.step == 8
+
+
+def test_fp16_training_scales_the_loss_and_clips_the_true_gradients(sample, monkeypatch):
+    """fp16 autocast runs here on the CPU: the GradScaler code path is the one CUDA runs."""
+    model = small_model()
+    opt = make_optimizer(model.parameters(), "adam", 0.01)
+    x, y = _tiny_split(sample, 400)
+    scaler = grad_scaler(torch.device("cpu"), "fp16")
+    assert grad_scaler(torch.device("cpu"), "bf16") is None and grad_scaler(torch.device("cpu"), "off") is None
+    norms: list[float] = []
+    clip_grad_norm = nn.utils.clip_grad_norm_
+
+    def recording_clip(params, max_norm):
+        total = clip_grad_norm(params, max_norm)
+        norms.append(float(total))
+        return total
+
+    monkeypatch.setattr(nn.utils, "clip_grad_norm_", recording_clip)
+    before = [p.detach().clone() for p in model.parameters()]
+    # oneDNN has no fp16 LSTM on most CPUs; ATen's own has (allow_tf32=None: leave that setting alone)
+    with torch.backends.mkldnn.flags(enabled=False, allow_tf32=None):
+        first = train_one_epoch(model, opt, x, y, torch.arange(len(x)).split(50), grad_clip=lambda: 5.0,
+                                amp="fp16", scaler=scaler, log_interval=4)
+        second = train_one_epoch(model, opt, x, y, torch.arange(len(x)).split(50), step=first.step,
+                                 grad_clip=lambda: 5.0, amp="fp16", scaler=scaler, log_interval=4)
+    assert first.completed and second.completed and second.step == 16
+    assert second.loss < first.loss  # it learns
+    state = scaler.state_dict()  # used every step: steps since the last overflow counted, or the scale backed off
+    assert state["_growth_tracker"] > 0 or state["scale"] < 65536.0, state
+    # clipping saw unscaled gradients: a scaled norm would be ~scale times larger than any of these
+    assert len(norms) == 16 and all(0 < n < 100 for n in norms), norms
+    assert weights_finite(model) and any(not torch.equal(a, b) for a, b in zip(before, model.parameters(),
+                                                                              strict=True))
 
 
 def _record_modes(model: nn.Module) -> list[bool]:
