@@ -95,11 +95,6 @@ class Dataset:
     test_y: torch.Tensor
     source: str
 
-    def to(self, device: torch.device) -> Dataset:
-        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
-        return Dataset(self.name, self.classes, move(self.train_x), move(self.train_y),
-                       move(self.test_x), move(self.test_y), self.source)
-
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("BRNN_DATA_DIR", "data"))

@@ -101,12 +101,15 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
             stale.unlink()
     ds = load_dataset(cfg.dataset, data_dir, progress=lambda msg: run.write_status(message=msg))
     train_idx, val_idx = split_train_val(len(ds.train_y), cfg.val_fraction, cfg.seed)
-    ds = ds.to(device)
-    train_x, train_y = ds.train_x[train_idx.to(device)], ds.train_y[train_idx.to(device)]
-    val_x, val_y = ds.train_x[val_idx.to(device)], ds.train_y[val_idx.to(device)]
+    # Split on the host and move only the pieces, then drop the full training tensors: every image is
+    # held once (in train or in val), on the device and in RAM, for the whole run.
+    train_x, train_y, val_x, val_y, test_x, test_y = (t.to(device) for t in (
+        ds.train_x[train_idx], ds.train_y[train_idx], ds.train_x[val_idx], ds.train_y[val_idx], ds.test_x, ds.test_y))
+    classes, source = ds.classes, ds.source
+    del ds
 
     torch.manual_seed(cfg.seed)
-    model = BiLSTM(model_config_for(cfg, len(ds.classes))).to(device)
+    model = BiLSTM(model_config_for(cfg, len(classes))).to(device)
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     start_epoch = start_batch = step = 0
     best_val = math.inf
@@ -136,8 +139,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
 
     steps_per_epoch = math.ceil(len(train_y) / cfg.batch_size)
     config.update(device=str(device), device_name=_device_name(device),
-                  sizes={"train": len(train_y), "val": len(val_y), "test": len(ds.test_y)},
-                  classes=ds.classes, data_source=ds.source)
+                  sizes={"train": len(train_y), "val": len(val_y), "test": len(test_y)},
+                  classes=classes, data_source=source)
     atomic_write_json(run.config_path, config)
     t_start = time.perf_counter()
     elapsed0 = float(run.raw_status().get("elapsed_s") or 0.0)
@@ -153,7 +156,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     last_save = [time.perf_counter()]
 
     def save_last(epoch: int, batch: int, st: int, metrics: dict | None = None) -> None:
-        save_checkpoint(run.last_ckpt, model, classes=ds.classes, epoch=epoch, step=st, batch_in_epoch=batch,
+        save_checkpoint(run.last_ckpt, model, classes=classes, epoch=epoch, step=st, batch_in_epoch=batch,
                         train_config={**cfg.to_dict(), "live": dict(settings)}, metrics=metrics,
                         optimizer=optimizer)
         last_save[0] = time.perf_counter()
@@ -180,7 +183,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
         save_last(epoch, 0, result.step, metrics)
         if val.loss < best_val:
             best_val = val.loss
-            save_checkpoint(run.best_ckpt, model, classes=ds.classes, epoch=epoch, step=result.step,
+            save_checkpoint(run.best_ckpt, model, classes=classes, epoch=epoch, step=result.step,
                             train_config=cfg.to_dict(), metrics=metrics)
         run.log_event("epoch", f"epoch {epoch}: train loss {result.loss:.4f}, val loss {val.loss:.4f}, "
                                f"val acc {100 * val.accuracy:.2f}%", step=result.step)
@@ -227,12 +230,11 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     run.write_status(message="evaluating the best checkpoint on the test set")
     if run.best_ckpt.is_file():
         model.load_state_dict(load_checkpoint(run.best_ckpt).model_state)
-    test_x, test_y = ds.test_x, ds.test_y
     test = evaluate(model, test_x, test_y, batch_size=cfg.eval_batch_size, amp=cfg.amp,
-                    num_classes=len(ds.classes))
+                    num_classes=len(classes))
     run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
                    elapsed_s=status_extra()["elapsed_s"])
-    write_report(run, test, test_y.cpu(), ds.classes, cfg.dataset)
+    write_report(run, test, test_y.cpu(), classes, cfg.dataset)
     message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(test_y)} images)"
     run.log_event("finished", message, step=result.step)
     run.write_status(state="finished", message=message, ended=time.time(), step=result.step,
