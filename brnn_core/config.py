@@ -154,8 +154,11 @@ class TrainConfig:
             msg = device_problem(self.device, check_available=check_device)
             if msg:
                 errs["device"] = msg
-        if "amp" not in errs and self.amp == "fp16" and not str(self.device).startswith(("cuda", "auto")):
-            errs["amp"] = "fp16 needs a CUDA device; use bf16 or off on CPU"
+        if "amp" not in errs and self.amp == "fp16":
+            if not str(self.device).startswith(("cuda", "auto")):
+                errs["amp"] = "fp16 needs a CUDA device; use bf16 or off on CPU"
+            elif str(self.device).strip() == "auto" and check_device and not _cuda_available():
+                errs["amp"] = "fp16 needs a CUDA device and this machine has none (auto means the CPU); use bf16 or off"
         return errs
 
     def validate(self, *, check_device: bool = True) -> TrainConfig:
@@ -195,6 +198,12 @@ def _coerce(raw: Any, kind: type) -> Any:
 def _choice(errs: dict, cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -> None:
     if name not in errs and getattr(cfg, name) not in allowed:
         errs[name] = f"{getattr(cfg, name)!r} is not one of: {', '.join(allowed)}"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def device_problem(spec: str, *, check_available: bool = True) -> str | None:

@@ -79,6 +79,14 @@ def test_fp16_needs_cuda():
         TrainConfig(device="cpu", amp="fp16").validate()
     assert set(info.value.errors) == {"amp"}
     assert TrainConfig(device="cpu", amp="bf16").validate().amp == "bf16"
+    # "auto" resolves to the CPU on a machine without CUDA: refused there before a run starts and fails
+    auto = TrainConfig(device="auto", amp="fp16")
+    if torch.cuda.is_available():
+        assert auto.validate().amp == "fp16"
+    else:
+        with pytest.raises(ConfigError, match="this machine has none"):
+            auto.validate()
+    assert auto.validate(check_device=False).amp == "fp16"  # a config written for another machine
 
 
 def test_device_problems():
