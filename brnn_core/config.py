@@ -155,9 +155,10 @@ class TrainConfig:
             if msg:
                 errs["device"] = msg
         if "amp" not in errs and self.amp == "fp16":
-            if not str(self.device).startswith(("cuda", "auto")):
+            device = str(self.device).strip().lower()
+            if not device.startswith(("cuda", "auto")):
                 errs["amp"] = "fp16 needs a CUDA device; use bf16 or off on CPU"
-            elif str(self.device).strip() == "auto" and check_device and not _cuda_available():
+            elif device == "auto" and check_device and not _cuda_available():
                 errs["amp"] = "fp16 needs a CUDA device and this machine has none (auto means the CPU); use bf16 or off"
         return errs
 

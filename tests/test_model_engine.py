@@ -222,17 +222,41 @@ def test_evaluate_on_several_threads_matches_one_thread(sample, threads):
     model = small_model()
     model.train()
     modes = _record_modes(model)
-    x, y = _tiny_split(sample, 230)  # 5 batches of 50, the last one short: uneven round robin
+    runners: set[str] = set()
+    model.register_forward_hook(lambda mod, inp, out: runners.add(threading.current_thread().name))
+    x, y = _tiny_split(sample, 380)  # 8 batches of 50, the last one short: uneven round robin
     one = evaluate(model, x, y, batch_size=50, threads=1)
-    calls = len(modes)
-    threads_before = torch.get_num_threads()
-    many = evaluate(model, x, y, batch_size=50, threads=threads)
-    assert modes[calls:] == [False] * 10  # every batch in eval mode, in every thread
-    assert model.training and torch.get_num_threads() == threads_before  # the caller's settings untouched
+    assert runners == {threading.current_thread().name}
+    calls, threads_before = len(modes), torch.get_num_threads()
+    runners.clear()
+    torch.set_num_threads(2)  # the suite runs on one thread; a caller with two shows whether one leaks
+    try:
+        many = evaluate(model, x, y, batch_size=50, threads=threads)
+        assert torch.get_num_threads() == 2
+        seen = []  # ... to the caller or to threads started later (Streamlit starts one per rerun)
+        later = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+        later.start()
+        later.join()
+        assert seen == [2]
+    finally:
+        torch.set_num_threads(threads_before)
+    assert runners == {f"evaluate-{k}" for k in range(threads)}  # one thread per chunk, side by side
+    assert modes[calls:] == [False] * 16  # every batch in eval mode, in every thread
+    assert model.training
     assert torch.equal(many.predictions, one.predictions)  # same order, same answers
     assert torch.allclose(many.probabilities, one.probabilities, atol=1e-5)
     assert many.loss == pytest.approx(one.loss, rel=1e-5) and many.accuracy == one.accuracy
     assert many.per_class == one.per_class
+
+
+@pytest.mark.parametrize(("n", "batch_size"), [(600, 300), (150, 50)], ids=["large-batches", "few-batches"])
+def test_evaluate_keeps_large_or_few_batches_on_the_calling_thread(sample, n, batch_size):
+    model = small_model()
+    runners: set[str] = set()
+    model.register_forward_hook(lambda mod, inp, out: runners.add(threading.current_thread().name))
+    x, y = _tiny_split(sample, n)
+    result = evaluate(model, x, y, batch_size=batch_size, threads=2)
+    assert runners == {threading.current_thread().name} and len(result.predictions) == n
 
 
 def test_evaluate_an_empty_split_says_nan_not_zero(sample):
