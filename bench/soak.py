@@ -169,7 +169,14 @@ def main(argv: list[str] | None = None) -> int:
                     expect(stop).to_be_enabled(timeout=120_000)  # the run exists and is active
                     page.wait_for_timeout(int(1000 * rng.uniform(*args.train_seconds)))
                     if stop.is_enabled():  # (a short run may have finished by itself)
-                        stop.click()
+                        try:
+                            stop.click(timeout=10_000)
+                        except PlaywrightError:
+                            # The run can end between the check and the click; Stop is then disabled and
+                            # the click rightly waits in vain. Only a Stop stuck while the run trains fails.
+                            if list_runs(runs_dir)[0].status().get("state") in ACTIVE_STATES:
+                                raise
+                            report["stop_raced_run_end"] = report.get("stop_raced_run_end", 0) + 1
                     expect(start).to_be_enabled(timeout=180_000)  # the run ended: stopped or finished
                     report["cycles"] += 1
                 except (PlaywrightError, AssertionError) as exc:  # a timeout, or two visible copies of a button
@@ -238,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
               f"({r['samples']} samples from the first page view; growth over the second half "
               f"{r['second_half_growth']}; idle server before any page {report['rss_mb_idle_server']})")
     print(f"failures: {len(report['failures'])}" + "".join(f"\n  {f}" for f in report["failures"]))
+    if report.get("stop_raced_run_end"):
+        print(f"Stop clicked as the run finished by itself (button already disabled, not a failure): "
+              f"{report['stop_raced_run_end']}")
     print(f"zombie workers before the server stopped: {report.get('zombie_workers_before_server_stop') or 'none'}")
     print(f"orphan worker processes: {report['orphan_workers'] or 'none'}")
     if args.json:
