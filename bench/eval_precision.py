@@ -3,7 +3,7 @@
     .venv/bin/python bench/eval_precision.py                       # trains what it needs, writes eval_precision.md
     .venv/bin/python bench/eval_precision.py --runs-dir /tmp/headruns --reps 3
 
-On a CPU with AVX512-BF16 the LSTM runs about 1.7x faster under bf16 autocast, which is what takes
+On a CPU with AVX512-BF16 evaluation runs 1.5-2x faster under bf16 autocast, which is what takes
 evaluation past 2x the blog's loop (the bench's *eval* rows); in fp32 the engine is already close to
 what the cores can multiply. A faster evaluation is only worth having if it gives the same verdict,
 so this script takes finished runs (the head study's: default model, `bidir` head, 2 epochs of

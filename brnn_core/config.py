@@ -158,7 +158,7 @@ class TrainConfig:
             device = str(self.device).strip().lower()
             if not device.startswith(("cuda", "auto")):
                 errs["amp"] = "fp16 needs a CUDA device; use bf16 or off on CPU"
-            elif device == "auto" and check_device and not _cuda_available():
+            elif device == "auto" and check_device and resolve_device("auto").type != "cuda":
                 errs["amp"] = "fp16 needs a CUDA device and this machine has none (auto means the CPU); use bf16 or off"
         return errs
 
@@ -199,12 +199,6 @@ def _coerce(raw: Any, kind: type) -> Any:
 def _choice(errs: dict, cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -> None:
     if name not in errs and getattr(cfg, name) not in allowed:
         errs[name] = f"{getattr(cfg, name)!r} is not one of: {', '.join(allowed)}"
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def device_problem(spec: str, *, check_available: bool = True) -> str | None:

@@ -105,8 +105,8 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
     scaled (`scaler`, one per run as fit passes it): small fp16 gradients underflow to zero otherwise.
     """
     device = images.device
-    if amp == "fp16" and scaler is None:
-        scaler = grad_scaler(device, amp)
+    if scaler is None:
+        scaler = grad_scaler(device, amp)  # None unless fp16
     running = torch.zeros((), device=device)  # loss summed on the device since the last log
     total = torch.zeros((), device=device)
     since_log = batches = 0
