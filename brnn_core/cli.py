@@ -251,6 +251,6 @@ def cmd_predict(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import main as bench_main
+    from .benchmarks import main as bench_main
 
     return bench_main(args.rest)
