@@ -69,13 +69,13 @@ class TrainConfig:
     log_interval: int = field(default=10, metadata={
         "help": "Log the training loss every N steps (the GPU is synced only then).", "range": (1, 100000)})
     eval_batch_size: int = field(default=250, metadata={
-        "help": "Images per evaluation batch. 250 measured fastest on CPU (larger batches cost page faults; "
-                "bench/README.md).", "range": (1, 65536)})
+        "help": "Images per evaluation batch. The default measured fastest on CPU (larger batches cost page "
+                "faults; bench/README.md).", "range": (1, 65536)})
     amp: str = field(default="off", metadata={
         "help": "Mixed precision: off, bf16 or fp16 (fp16 on CUDA only)."})
     cpu_threads: int = field(default=0, metadata={
         "help": "CPU threads for training; 0 = all cores but one, so the dashboard and other programs keep "
-                "a core (torch's default of every core was up to 9x slower on a busy 2-core machine).",
+                "a core (torch's default of every core stalls on a busy machine; bench/README.md, \"Noise\").",
         "range": (0, 1024)})
 
     # ----------------------------------------------------------------- helpers
