@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app_helpers import APP, copy_run
+from helpers import APP, copy_run
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig

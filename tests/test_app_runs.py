@@ -6,7 +6,7 @@ import os
 import time
 
 import psutil
-from app_helpers import APP, copy_run
+from helpers import APP, copy_run
 from streamlit.testing.v1 import AppTest
 
 TIMEOUT = 90

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from app_helpers import APP, copy_run, kill_workers, wait_for, wait_for_state
+from helpers import APP, copy_run, kill_workers, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.runs import list_runs
@@ -14,7 +14,7 @@ TIMEOUT = 90  # seconds per script run: other jobs share the two cores
 
 @pytest.fixture
 def dirs(dirs):
-    """conftest's folders; workers these tests start are killed afterwards."""
+    """The shared folders fixture; workers these tests start are killed afterwards."""
     yield dirs
     kill_workers(dirs[0])
 
@@ -162,7 +162,7 @@ def test_start_pause_resume_stop_a_real_worker(dirs):
     at.number_input(key="live_lr").set_value(0.001)
     next(b for b in at.button if b.label == "Apply").click().run()
     assert any("Sent: lr → 0.001" in i.value for i in at.info)
-    wait_for(lambda: any(e["kind"] == "set" for e in run.events()), "the worker to apply lr")
+    wait_for(lambda: any(e["kind"] == "set" for e in run.events()), 120, "the worker to apply lr", interval=0.2)
     at.run()
     acks = [s.value for s in at.success]
     assert any("lr → 0.001: applied, lr 0.01 -> 0.001 at step" in a for a in acks), acks

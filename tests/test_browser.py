@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from app_helpers import finish_cli_training, kill_workers, start_cli_training, wait_for_state
-from browser_helpers import CHROMIUM, REPO, VIEWPORT, Server, launch_chromium, screenshot, start_server, stop_server
+from browser_server import CHROMIUM, VIEWPORT, Server, launch_chromium, screenshot, start_server, stop_server
+from helpers import REPO, finish_cli_training, kill_workers, start_cli_training, wait_for_state
 
 from brnn_core.runs import Run, list_runs
 from ui.common import short_id

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from PIL import Image
 
 from brnn_core.checkpoint import load_checkpoint

@@ -14,7 +14,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_run, train_run, wait_for
+from helpers import make_run, train_run, wait_for
 from torch import nn
 
 from brnn_core import worker

@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import psutil
 import pytest
-from conftest import wait_for
+from helpers import wait_for
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
