@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import THREADS, refused_proxy, torch_threads, train_run, trained_template, write_sample_as_idx
+from helpers import THREADS, refused_proxy, torch_threads, train_run, write_sample_as_idx
 from zygote import Zygote
 
 from brnn_core.runs import Run
@@ -90,8 +90,11 @@ def trained_ckpt(trained_run: Run) -> Path:
 
 @pytest.fixture(scope="session")
 def finished(tmp_path_factory) -> Run:
-    """One small finished run, trained once per session from the CLI; tests copy it (helpers.copy_run)."""
-    return trained_template(tmp_path_factory.mktemp("trained"), "epochs=1", "hidden_size=16")
+    """One small finished run (hidden 16, 1 epoch), trained once per session; tests copy it (helpers.copy_run)."""
+    root = tmp_path_factory.mktemp("finished")
+    run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=16)
+    assert state == "finished", run.status()
+    return run
 
 
 @pytest.fixture(scope="module")

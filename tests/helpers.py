@@ -227,9 +227,6 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ training from the CLI
-_templates: dict[tuple, Path] = {}
-
-
 def start_cli_training(runs_dir: Path, data_dir: Path, *settings: str, log: Path | None = None) -> subprocess.Popen:
     """`python -m brnn_core train --set ...` into runs_dir, in the background (see finish_cli_training)."""
     env = {**os.environ, "BRNN_RUNS_DIR": str(runs_dir), "BRNN_DATA_DIR": str(data_dir), "BRNN_PROGRESS": "plain"}
@@ -254,29 +251,6 @@ def finish_cli_training(proc: subprocess.Popen, runs_dir: Path, timeout: float =
     assert proc.returncode == 0 and len(runs) == 1, f"training failed (exit {proc.returncode}) in {runs_dir}"
     assert runs[0].status()["state"] == "finished", runs[0].status()
     return runs[0]
-
-
-def train_cli(runs_dir: Path, data_dir: Path, *settings: str, timeout: float = 900) -> Run:
-    """Train one run with `python -m brnn_core train --set ...` into an empty runs_dir; returns it."""
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    assert not list_runs(runs_dir)
-    log = runs_dir / ".train-cli.log"
-    proc = start_cli_training(runs_dir, data_dir, *settings, log=log)
-    try:
-        return finish_cli_training(proc, runs_dir, timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{log.read_text(errors='replace')[-3000:]}") from None
-
-
-def trained_template(base: Path, *settings: str) -> Run:
-    """A finished run trained once per test session for these settings; copy it before changing it."""
-    key = tuple(settings)
-    if key not in _templates:
-        folder = base / f"template-{len(_templates)}"
-        runs_dir = folder / "runs"
-        runs_dir.mkdir(parents=True)
-        _templates[key] = train_cli(runs_dir, folder / "data", *settings).path
-    return Run(_templates[key])
 
 
 # ------------------------------------------------------------------ processes
@@ -317,7 +291,7 @@ def kill_workers(runs_dir: Path) -> None:
     for run in list_runs(runs_dir):
         status = run.raw_status()
         pid = status.get("pid")
-        if not pid:
+        if not pid or int(pid) == os.getpid():  # a run trained in this process (see conftest's `finished`)
             continue
         try:
             proc = psutil.Process(int(pid))

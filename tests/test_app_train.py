@@ -129,6 +129,8 @@ def test_query_param_selects_the_run(dirs, finished):
     assert any(newer.id in m.value for m in at.markdown)
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_start_pause_resume_stop_a_real_worker(dirs):
     runs_dir, _ = dirs
     at = app()
@@ -183,6 +185,8 @@ def test_start_pause_resume_stop_a_real_worker(dirs):
     assert query_run(at) == run.id
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_other_sessions_see_the_active_run_and_cannot_start_another(dirs):
     runs_dir, _ = dirs
     at = app()
@@ -201,6 +205,7 @@ def test_other_sessions_see_the_active_run_and_cannot_start_another(dirs):
     assert len(list_runs(runs_dir)) == 1
 
 
+@pytest.mark.worker
 def test_start_uses_values_changed_in_the_same_rerun(dirs):
     """Typing a value and clicking Start at once: the browser sends both in one rerun, and the run must
     get the typed value, not the one the form held before."""

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 EXPECTED = {  # (bench, case, metric) rows that a CPU run must produce

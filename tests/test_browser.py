@@ -24,6 +24,8 @@ from helpers import REPO, finish_cli_training, kill_workers, start_cli_training,
 from brnn_core.runs import Run, list_runs
 from ui.common import short_id
 
+pytestmark = [pytest.mark.browser, pytest.mark.worker]
+
 try:
     from playwright.sync_api import expect, sync_playwright
 except ImportError:  # reported below: skipped, or failed when BRNN_REQUIRE_BROWSER=1

@@ -162,6 +162,7 @@ RESUMABLE = {"hidden_size": 16, "num_layers": 1, "epochs": 2, "log_interval": 5,
 STEPS_PER_EPOCH = 41  # ceil(4050 / 100): mnist-sample's 4,500 digits less 10% validation
 
 
+@pytest.mark.slow
 def test_stop_mid_epoch_then_resume_continues_where_it_stopped(runs_dir, capsys):
     run = make_run(runs_dir, **RESUMABLE)
 
@@ -219,6 +220,7 @@ def test_resume_refuses_new_settings_and_active_runs(runs_dir, capsys):
     assert "no run 'no-such-run'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_resume_with_a_last_pt_of_another_architecture_fails_naming_the_layer(tmp_path):
     run = make_run(tmp_path / "runs", base=TINY, epochs=1)
     save_checkpoint(run.last_ckpt, BiLSTM(ModelConfig(hidden_size=16, num_layers=1)), classes=CLASSES, step=5)

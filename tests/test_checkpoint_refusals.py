@@ -159,6 +159,8 @@ def test_evaluate_refuses_a_checkpoint_with_another_class_count(good, tmp_path, 
 
 
 @pytest.mark.parametrize("name", ["truncated", "other-hidden-size"])
+@pytest.mark.worker
+@pytest.mark.slow
 def test_cli_subprocess_gives_message_not_traceback(bad_files, digit_png, tmp_path, name):
     path, pattern = bad_files[name]
     args = ["evaluate", str(path), "--dataset", "mnist-sample"] if name == "other-hidden-size" \
@@ -308,6 +310,8 @@ def test_code_carrying_pickles_are_refused_without_running(tmp_path, digit_png, 
     assert not marker.exists(), "loading the file ran its code"
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_code_carrying_pickle_refused_by_the_cli_subprocess(tmp_path, digit_png):
     marker = tmp_path / "PWNED"
     path = tmp_path / "evil.pt"

@@ -19,6 +19,8 @@ from brnn_core.engine import evaluate
 from brnn_core.inference import Predictor, load_image
 from brnn_core.runs import Run, list_runs
 
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
+
 
 def assert_bad_input(result, *needles: str) -> None:
     assert result.returncode == 2, (result.stdout, result.stderr)

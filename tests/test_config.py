@@ -235,6 +235,8 @@ def test_cli_unknown_field_and_malformed_set(capsys, tmp_path):
     assert rc == 2 and "expected key=value" in text, text
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_cli_subprocess_lists_every_bad_field_once_with_exit_2(tmp_path):
     """The real command line, all at once: one message, each field with what is allowed, exit 2."""
     bad = {"hidden_size": "0", "lr": "-1", "batch_size": str(10**7), "epochs": "0", "dataset": "nope",

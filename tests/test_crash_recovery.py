@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from helpers import (
     REPO,
     TINY,
@@ -38,6 +39,8 @@ from helpers import (
 from brnn_core import jobs
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.runs import METRIC_COLUMNS, Run, list_runs, read_run, runs_table
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 KILLS = 20
 

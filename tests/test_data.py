@@ -164,6 +164,7 @@ def test_unknown_dataset():
         load_dataset("cifar")
 
 
+@pytest.mark.slow
 def test_mnist_sample_has_a_fixed_balanced_test_split(sample):
     assert (len(sample.train_y), len(sample.test_y)) == (4500, 500)
     assert sample.train_x.shape == (4500, 28, 28) and sample.train_x.dtype == torch.uint8
@@ -336,6 +337,8 @@ def test_worker_run_on_a_damaged_dataset_ends_failed_with_the_message(tmp_path, 
     assert not run.last_ckpt.exists()
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_cli_worker_process_on_mismatched_files_fails_cleanly(tmp_path):
     """The real `python -m brnn_core train`: exit 1, run 'failed' naming the labels file, no traceback."""
     data_dir = tmp_path / "data"

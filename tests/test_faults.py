@@ -56,6 +56,7 @@ def assert_no_half_runs(runs_dir: Path) -> list[Run]:
 
 
 # ------------------------------------------------------------------ divergence
+@pytest.mark.slow
 def test_nan_loss_ends_diverged_with_a_hint_and_a_loadable_last_pt(tmp_path, monkeypatch, idx_data):
     """lr 10 with SGD and weight decay 1: the weights grow x9 a step until the loss is inf/NaN."""
     runs_dir = tmp_path / "runs"
@@ -92,6 +93,8 @@ def test_nan_loss_ends_diverged_with_a_hint_and_a_loadable_last_pt(tmp_path, mon
 
 # ------------------------------------------------------------------ disk full
 @pytest.mark.parametrize("target", ["metrics.csv", "events.jsonl"])
+@pytest.mark.worker
+@pytest.mark.slow
 def test_disk_full_fails_the_run_and_spares_the_others(tmp_path, zygote, idx_data, target):
     """An append to a file that lives on a full disk (/dev/full answers every write with ENOSPC)."""
     runs_dir = tmp_path / "runs"
@@ -160,6 +163,8 @@ def _unreadable_for(user: pwd.struct_passwd, folders: list[Path]) -> list[str]:
 
 @pytest.mark.skipif(os.geteuid() != 0 or _nobody() is None,
                     reason="needs root to run the worker as the unprivileged user 'nobody'")
+@pytest.mark.worker
+@pytest.mark.slow
 def test_read_only_runs_folder_for_an_unprivileged_worker(zygote, idx_data):
     """As 'nobody' (root ignores permissions): a read-only runs folder refuses a new run with a message,
     and a run whose checkpoints folder is read-only fails with that message; other runs are untouched.
@@ -219,6 +224,8 @@ def test_read_only_runs_folder_for_an_unprivileged_worker(zygote, idx_data):
 
 
 # ------------------------------------------------------------------ two Start clicks at once
+@pytest.mark.worker
+@pytest.mark.slow
 def test_concurrent_starts_start_exactly_one_run(tmp_path, monkeypatch, idx_data):
     runs_dir = tmp_path / "runs"
     registry = JobRegistry()
@@ -251,6 +258,8 @@ def test_concurrent_starts_start_exactly_one_run(tmp_path, monkeypatch, idx_data
     wait_for(lambda: not registry.running_ids(), 60, "the registry to reap the killed worker")
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_two_tabs_clicking_start_start_one_run(tmp_path, monkeypatch, idx_data):
     """Two sessions that both show an enabled Start button; both click it."""
     runs_dir = tmp_path / "runs"
@@ -275,6 +284,8 @@ def test_two_tabs_clicking_start_start_one_run(tmp_path, monkeypatch, idx_data):
 
 
 # ------------------------------------------------------------------ a storm of commands
+@pytest.mark.worker
+@pytest.mark.slow
 def test_storm_of_200_commands_no_deadlock_none_lost_or_reordered(tmp_path, monkeypatch, idx_data):
     runs_dir = tmp_path / "runs"
     rng = random.Random(1234)
