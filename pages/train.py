@@ -10,6 +10,9 @@ from brnn_core.config import LIVE_FIELDS, ConfigError, TrainConfig
 from brnn_core.data import DATASETS, availability, default_dataset
 from brnn_core.runs import ACTIVE_STATES, Run, RunError
 from ui.common import flash, folders, registry, run_picker, select_run, show_flashes, state_label
+from ui.navigation import ensure_navigation
+
+ensure_navigation()
 
 runs_dir, data_dir = folders()
 st.title("Train a bidirectional LSTM")
