@@ -8,7 +8,8 @@ import streamlit as st
 from brnn_core import charts
 from brnn_core.data import DatasetError, load_dataset
 from brnn_core.reports import compute_report, read_report
-from brnn_core.runs import ACTIVE_STATES, Run, RunError, delete_run, runs_table
+from brnn_core.runs import Run, RunError, delete_run, runs_table
+from brnn_core.states import ACTIVE_STATES
 from ui.common import flash, folders, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
