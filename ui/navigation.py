@@ -6,7 +6,10 @@ starts every server in its classic multipage mode (`PagesManager.uses_pages_dire
 `st.navigation` call switches that off for the whole process, but on a fresh server whose first
 request goes straight to `/predict`, classic mode runs `pages/predict.py` without the entry script.
 So each page first makes sure our navigation is in place: in classic mode it declares it there and
-then (same URL paths, so the page being run is the one the user asked for); otherwise it does nothing.
+then runs the page through it (same URL paths, so it is the page the user asked for), and stops the
+classic run; otherwise it does nothing. Running the page through our navigation matters: widgets are
+keyed by the page that runs them, and a page body keyed differently in its first run would lose the
+user's widget values on the second.
 """
 
 from __future__ import annotations
@@ -41,4 +44,5 @@ def navigation():
 def ensure_navigation() -> None:
     """Call first in every page: switches a fresh server's classic multipage run over to PAGES."""
     if PagesManager.uses_pages_directory:
-        navigation()  # the page asked for is already running: do not run it again
+        navigation().run()  # this same page, now keyed as st.navigation keys it (its call here is a no-op)
+        st.stop()  # the classic run of the page is done: the page ran once, inside navigation
