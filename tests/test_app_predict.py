@@ -16,7 +16,7 @@ TIMEOUT = 90
 def predict_page() -> AppTest:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.run()
-    at.switch_page("app_pages/predict.py").run()
+    at.switch_page("pages/predict.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Draw a digit"
     return at

@@ -15,7 +15,7 @@ TIMEOUT = 90
 def runs_page() -> AppTest:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.run()
-    at.switch_page("app_pages/runs.py").run()
+    at.switch_page("pages/runs.py").run()
     no_exception(at)
     assert at.title[0].value == "Runs"
     return at

@@ -119,8 +119,8 @@ def test_query_param_selects_the_run(dirs, finished):
     assert any(older.id in m.value for m in at.markdown)
     assert at.sidebar.selectbox(key="run_picker").value == older.id
     # Another page and back: the session keeps its run.
-    at.switch_page("app_pages/runs.py").run()
-    at.switch_page("app_pages/train.py").run()
+    at.switch_page("pages/runs.py").run()
+    at.switch_page("pages/train.py").run()
     assert query_run(at) == older.id
     assert at.sidebar.selectbox(key="run_picker").value == older.id
     # Picking in the sidebar changes the current run.

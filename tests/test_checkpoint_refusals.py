@@ -336,7 +336,7 @@ def test_predict_page_shows_an_error_for_each_bad_checkpoint(bad_files, good, tm
         run = make_run(runs_dir, base=TINY, epochs=1)
         run.best_ckpt.write_bytes(bad_files[name][0].read_bytes())
         labels[short_id(run.id)] = name  # the picker labels runs by time, dataset and suffix
-    at = app_test(monkeypatch, runs_dir, page="app_pages/predict.py")
+    at = app_test(monkeypatch, runs_dir, page="pages/predict.py")
     at.run()
     assert not at.exception, texts(at.exception)
     picker = at.sidebar.selectbox(key="ckpt_choice")
@@ -358,7 +358,7 @@ def test_predict_page_refuses_a_code_pickle_without_running_it(tmp_path, monkeyp
     marker = tmp_path / "PWNED"
     run = make_run(runs_dir, base=TINY, epochs=1)
     run.best_ckpt.write_bytes(payloads(marker)["torch.save-path-touch"])
-    at = app_test(monkeypatch, runs_dir, page="app_pages/predict.py")
+    at = app_test(monkeypatch, runs_dir, page="pages/predict.py")
     at.run()
     assert not at.exception, texts(at.exception)
     assert any("cannot be used" in e and "refused" in e for e in texts(at.error)), texts(at.error)

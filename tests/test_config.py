@@ -21,6 +21,7 @@ from brnn_core.cli import main
 from brnn_core.config import (
     ConfigError,
     TrainConfig,
+    cpu_has_bf16,
     device_problem,
     parse_set,
     resolve_device,
@@ -89,7 +90,12 @@ def test_fp16_needs_cuda():
     with pytest.raises(ConfigError) as info:
         TrainConfig(device="cpu", amp="fp16").validate()
     assert set(info.value.errors) == {"amp"}
-    assert TrainConfig(device="cpu", amp="bf16").validate().amp == "bf16"
+    if cpu_has_bf16():
+        assert TrainConfig(device="cpu", amp="bf16").validate().amp == "bf16"
+    else:  # oneDNN's LSTM has no bf16 path without AVX512-BF16/AMX: refused up front, not mid-run
+        with pytest.raises(ConfigError, match="bf16 on the CPU needs native bf16"):
+            TrainConfig(device="cpu", amp="bf16").validate()
+        assert TrainConfig(device="cpu", amp="bf16").validate(check_device=False).amp == "bf16"
     # "auto" resolves to the CPU on a machine without CUDA: refused there before a run starts and fails
     auto = TrainConfig(device="auto", amp="fp16")
     if torch.cuda.is_available():

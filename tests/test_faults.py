@@ -85,7 +85,7 @@ def test_nan_loss_ends_diverged_with_a_hint_and_a_loadable_last_pt(tmp_path, mon
     assert any("Lower the learning rate" in e for e in texts(at.error)), texts(at.error)
     assert any(run.id in m and "diverged" in m for m in texts(at.markdown))
     assert not next(b for b in at.button if b.label == "Start training").disabled
-    for page in ("app_pages/runs.py", "app_pages/predict.py"):  # the other pages too
+    for page in ("pages/runs.py", "pages/predict.py"):  # the other pages too
         at.switch_page(page).run()
         assert not at.exception, (page, texts(at.exception))
     assert earlier.status()["state"] == "finished"
@@ -338,7 +338,7 @@ def test_storm_of_200_commands_no_deadlock_none_lost_or_reordered(tmp_path, monk
 
 
 # ------------------------------------------------------------------ a stable page layout
-@pytest.mark.parametrize("page", [None, "app_pages/runs.py"])
+@pytest.mark.parametrize("page", [None, "pages/runs.py"])
 def test_a_flash_message_does_not_shift_the_page_layout(tmp_path, monkeypatch, page):
     """Found by bench/soak.py: a message inserted above the columns moved every element after it, and the
     browser kept the live panel's old copy on screen (two button rows, the stale one showing 'loading')."""

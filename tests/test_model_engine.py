@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from helpers import make_run, train_run, wait_for
 from torch import nn
 
-from brnn_core import worker
+from brnn_core import recorder
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.data import to_input
 from brnn_core.engine import (
@@ -349,7 +349,7 @@ DIVERGING = {"optimizer": "sgd", "lr": 10.0, "momentum": 0.9, "weight_decay": 1.
 
 @pytest.mark.slow
 def test_divergence_is_reported_with_advice(runs_dir, monkeypatch):
-    monkeypatch.setattr(worker, "CHECKPOINT_EVERY_S", 1e9)  # no mid-epoch save
+    monkeypatch.setattr(recorder, "CHECKPOINT_EVERY_S", 1e9)  # no mid-epoch save
     run, state = train_run(runs_dir, epochs=2, log_interval=2, **DIVERGING)
     assert state == "diverged"
     status = run.status()
@@ -370,7 +370,7 @@ def test_divergence_is_reported_with_advice(runs_dir, monkeypatch):
 def test_divergence_keeps_the_last_good_checkpoint(runs_dir, monkeypatch):
     """Train one sane epoch, then raise lr to 10 live: the run diverges in a later epoch and the
     checkpoints on disk still hold finite weights (also with a mid-epoch save at every log)."""
-    monkeypatch.setattr(worker, "CHECKPOINT_EVERY_S", 0.0)  # save last.pt at every log point
+    monkeypatch.setattr(recorder, "CHECKPOINT_EVERY_S", 0.0)  # save last.pt at every log point
     run = make_run(runs_dir, epochs=6, log_interval=1, **{**DIVERGING, "lr": 0.01})
 
     def raise_lr_after_first_epoch():

@@ -164,5 +164,5 @@ def test_a_hostile_run_in_the_url_is_ignored(tmp_path, monkeypatch, wanted):
     at.run()
     assert not at.exception, texts(at.exception)
     assert any(run.id in m for m in texts(at.markdown)), "the page did not fall back to a real run"
-    at.switch_page("app_pages/runs.py").run()
+    at.switch_page("pages/runs.py").run()
     assert not at.exception, texts(at.exception)

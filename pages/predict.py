@@ -11,9 +11,12 @@ from streamlit_drawable_canvas import st_canvas
 from brnn_core import charts
 from brnn_core.checkpoint import CheckpointError
 from brnn_core.inference import Predictor, prepare
-from brnn_core.runs import list_runs
+from brnn_core.runs import checkpoint_choices
 from brnn_core.uploads import UploadError, save_upload
 from ui.common import folders, short_id
+from ui.navigation import ensure_navigation
+
+ensure_navigation()
 
 MAX_UPLOAD_MB = 50
 runs_dir, _ = folders()
@@ -26,28 +29,16 @@ def load_predictor(path: str, mtime: float) -> Predictor:
     return Predictor.from_checkpoint(path)
 
 
-def checkpoint_choices() -> dict[str, str]:
-    """label -> path for every run's best.pt and last.pt, with the validation accuracy they had.
+def checkpoint_labels() -> dict[str, str]:
+    """label -> path for every saved checkpoint, best validation accuracy first (the default)."""
+    def label(c) -> str:
+        acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
+        return f"{short_id(c.run_id)} · {c.kind}{acc}"
 
-    Ordered best first: the best.pt with the highest validation accuracy is the default.
-    """
-    choices, scores = {}, {}
-    for run in list_runs(runs_dir):
-        metrics = run.metrics()
-        val = metrics[metrics["split"] == "val"]
-        for path, kind in ((run.best_ckpt, "best"), (run.last_ckpt, "last")):
-            if not path.is_file():
-                continue
-            acc, score = "", -1.0
-            if len(val):
-                row = val.loc[val["loss"].idxmin()] if kind == "best" else val.iloc[-1]
-                acc, score = f" · val acc {100 * row['accuracy']:.1f}%", float(row["accuracy"])
-            label = f"{short_id(run.id)} · {kind}{acc}"
-            choices[label], scores[label] = str(path), score + (0.001 if kind == "best" else 0.0)
-    return dict(sorted(choices.items(), key=lambda item: -scores[item[0]]))
+    return {label(c): str(c.path) for c in checkpoint_choices(runs_dir)}
 
 
-choices = checkpoint_choices()
+choices = checkpoint_labels()
 side = st.sidebar
 side.subheader("Checkpoint")
 upload = side.file_uploader("…or upload a .pt / .ckpt file", type=["pt", "ckpt", "pth"],

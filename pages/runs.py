@@ -8,8 +8,12 @@ import streamlit as st
 from brnn_core import charts
 from brnn_core.data import DatasetError, load_dataset
 from brnn_core.reports import compute_report, read_report
-from brnn_core.runs import ACTIVE_STATES, Run, RunError, delete_run, runs_table
+from brnn_core.runs import Run, RunError, delete_run, runs_table
+from brnn_core.states import ACTIVE_STATES
 from ui.common import flash, folders, select_run, show_flashes, state_label
+from ui.navigation import ensure_navigation
+
+ensure_navigation()
 
 runs_dir, data_dir = folders()
 st.title("Runs")
@@ -109,7 +113,7 @@ with tab_files:
     st.code(str(run.path.resolve()), language=None)
     if st.button("Open on the Train page"):
         select_run(run.id)
-        st.switch_page("app_pages/train.py")
+        st.switch_page("pages/train.py")
 
     def on_delete(rid: str) -> None:
         try:
