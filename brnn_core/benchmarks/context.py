@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import torch
 
+from ..config import cpu_has_bf16
 from ..data import Dataset, DatasetError, load_dataset
 
 T = TypeVar("T")
@@ -96,11 +97,12 @@ class Context:
         return "mnist-sample", ds.test_x, ds.test_y
 
     def amp_modes(self) -> list[str]:
+        """The precisions this device can train and evaluate in ("off" = fp32 first)."""
         if self.device.type == "cuda":
             modes = ["off", "fp16"]
             if torch.cuda.is_bf16_supported():
                 modes.insert(1, "bf16")
             return modes
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and cpu_has_bf16():  # oneDNN's LSTM refuses bf16 without native support
             return ["off", "bf16"]
         return ["off"]
