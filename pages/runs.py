@@ -8,9 +8,9 @@ import streamlit as st
 from brnn_core import charts
 from brnn_core.data import DatasetError, load_dataset
 from brnn_core.reports import compute_report, read_report
-from brnn_core.runs import Run, RunError, delete_run, runs_table
+from brnn_core.runs import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
-from ui.common import flash, folders, select_run, show_flashes, state_label
+from ui.common import flash, folders, run_index, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
@@ -18,7 +18,8 @@ ensure_navigation()
 runs_dir, data_dir = folders()
 st.title("Runs")
 show_flashes()
-table = runs_table(runs_dir)
+index = run_index(runs_dir)  # each run read once, again only when its files change
+table = index.table()
 if table.empty:
     st.info("No runs yet. Start one on the **Train** page.")
     st.stop()
@@ -42,7 +43,7 @@ st.caption("Select rows (the boxes on the left) to overlay their curves; "
 o1, o2, o3 = st.columns(3)
 smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smooth")
 log_y = o2.toggle("Log scale", key="cmp_log")
-curves = {rid: Run(runs_dir / rid).metrics() for rid in selected}
+curves = {rid: index.metrics(rid) for rid in selected}  # only the overlaid runs' whole metrics
 c1, c2 = st.columns(2)
 c1.plotly_chart(charts.compare_figure(curves, smoothing=smoothing, what="train", log_y=log_y), key="cmp_train",
                 on_select="ignore")

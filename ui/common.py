@@ -8,7 +8,8 @@ import streamlit as st
 
 from brnn_core.data import default_data_dir
 from brnn_core.jobs import JobRegistry
-from brnn_core.runs import Run, RunError, default_runs_dir, list_runs, validate_run_id
+from brnn_core.run_index import RunIndex
+from brnn_core.runs import Run, RunError, default_runs_dir, validate_run_id
 from brnn_core.states import ACTIVE_STATES, State
 
 # Streamlit's built-in Material icons and colours: they render without any emoji font.
@@ -37,18 +38,28 @@ def registry() -> JobRegistry:
     return JobRegistry()
 
 
+@st.cache_resource
+def _run_index(runs_dir: str) -> RunIndex:
+    return RunIndex(runs_dir)
+
+
+def run_index(runs_dir: Path) -> RunIndex:
+    """One RunIndex per runs folder, shared by all sessions (thread-safe): each run is read again only when
+    its files change, so a rerun costs little however many runs the folder holds."""
+    return _run_index(str(Path(runs_dir).resolve()))
+
+
 def state_label(state: str | None) -> str:
     """Markdown for a run state, e.g. ':green[:material/play_circle: running]'."""
     color, icon = STATE_STYLE.get(state or "", ("gray", "help"))
     return f":{color}[:material/{icon}: {state or 'unknown'}]"
 
 
-def current_run(runs_dir: Path) -> Run | None:
+def current_run(runs_dir: Path, statuses: dict[str, dict] | None = None) -> Run | None:
     """The selected run: ?run=<id> in the URL, else this session's pick, else the newest active/any run.
 
     Kept in the URL so a browser refresh or a second tab shows the same run.
     """
-    runs = list_runs(runs_dir)
     wanted = st.query_params.get("run") or st.session_state.get("current_run")
     if wanted:
         try:
@@ -58,8 +69,9 @@ def current_run(runs_dir: Path) -> Run | None:
                 return run
         except RunError:
             pass
-    active = [r for r in runs if r.status().get("state") in ACTIVE_STATES]
-    return (active or runs or [None])[0]
+    states = run_index(runs_dir).statuses() if statuses is None else statuses
+    ids = [i for i, s in states.items() if s.get("state") in ACTIVE_STATES] or list(states)
+    return Run(runs_dir / ids[0]) if ids else None
 
 
 def select_run(run_id: str | None) -> None:
@@ -72,13 +84,13 @@ def select_run(run_id: str | None) -> None:
 
 def run_picker(runs_dir: Path, *, label: str = "Current run", key: str = "run_picker") -> Run | None:
     """Sidebar select box of all runs; the choice becomes the current run."""
-    runs = list_runs(runs_dir)
-    run = current_run(runs_dir)
-    if not runs:
+    statuses = run_index(runs_dir).statuses()
+    run = current_run(runs_dir, statuses)
+    if not statuses:
         st.sidebar.caption("No runs yet.")
         return None
-    ids = [r.id for r in runs]
-    states = {r.id: r.status().get("state") for r in runs}
+    ids = list(statuses)
+    states = {i: s.get("state") for i, s in statuses.items()}
     index = ids.index(run.id) if run and run.id in ids else 0
 
     def changed() -> None:

@@ -1,0 +1,195 @@
+"""What a long run history costs the dashboard: N valid runs in the folder, each page's server time.
+
+    .venv/bin/python bench/history.py [--runs 100,1000,5000] [--reruns 5] [--json FILE] [--source DIR]
+
+Builds one complete finished run (config, status, a 2-epoch fashion-mnist-length metrics.csv of 110
+rows, events, report.json, best.pt and last.pt of the default model) and hard-links copies of it
+under new run ids until the folder holds N runs (hard links: 5,000 runs cost no disk). For each N it
+times, in this process:
+
+  runs_table, uncached   brnn_core.runs.runs_table(runs_dir): every run read from disk
+  RunIndex cold / warm   the dashboard's index (brnn_core.run_index): its first table, then a rerun's
+  checkpoints, warm      RunIndex.checkpoint_choices (the Predict page's picker)
+  <page> first render    AppTest of the page with Streamlit's caches cleared (a new server process,
+                         modules already imported), server time only (no browser)
+  <page> rerun           the median of --reruns further runs of the same AppTest (a click)
+  predict stroke         what a stroke on the Predict page runs: its fragment (prepare the canvas,
+                         Predictor.predict, the probabilities figure), median of 50
+
+`--source DIR` runs the pages of another checkout (e.g. `git archive main | tar -x -C DIR`) to
+compare before and after on the same folders. Targets (issue 12, 1,000 runs): every page rerun
+<= 0.2 s, the Runs page's first render <= 1 s, a stroke <= 0.1 s. Prints a table, writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+PAGES = {"train": "pages/train.py", "runs": "pages/runs.py", "predict": "pages/predict.py"}
+
+
+def build_template(root: Path) -> Path:
+    """One finished run with every file a real one has; returns its directory."""
+    import torch
+
+    from brnn_core.checkpoint import save_checkpoint
+    from brnn_core.config import TrainConfig
+    from brnn_core.data import load_dataset
+    from brnn_core.engine import evaluate
+    from brnn_core.jobs import new_run_config
+    from brnn_core.model import BiLSTM, ModelConfig
+    from brnn_core.reports import write_report
+    from brnn_core.runs import create_run
+
+    cfg = TrainConfig(dataset="mnist-sample", device="cpu")
+    run = create_run(root, new_run_config(cfg, root), run_id="template")
+    steps = 540  # fashion-mnist's steps per epoch at batch 100
+    for epoch in range(2):
+        for k in range(1, steps // 10 + 1):
+            step = epoch * steps + 10 * k
+            run.log_metric(step=step, epoch=epoch + k * 10 / steps, split="train", loss=2.3 / (1 + step / 300),
+                           lr=0.01, samples_per_s=2000.0, elapsed_s=step * 0.05)
+        run.log_metric(step=(epoch + 1) * steps, epoch=epoch + 1, split="val", loss=0.5 - 0.1 * epoch,
+                       accuracy=0.8 + 0.05 * epoch, lr=0.01, elapsed_s=(epoch + 1) * steps * 0.05)
+        run.log_event("epoch", f"epoch {epoch + 1}: ...", step=(epoch + 1) * steps)
+    run.log_metric(step=2 * steps, epoch=2, split="test", loss=0.42, accuracy=0.85, elapsed_s=2 * steps * 0.05)
+    torch.manual_seed(0)
+    model = BiLSTM(ModelConfig())
+    ds = load_dataset("mnist-sample", download=False)
+    for path in (run.best_ckpt, run.last_ckpt):
+        save_checkpoint(path, model, classes=ds.classes, epoch=2, step=2 * steps,
+                        metrics={"val_loss": 0.4, "val_acc": 0.85})
+    test = evaluate(model, ds.test_x, ds.test_y)
+    write_report(run, test, ds.test_y, ds.classes, "mnist-sample")
+    run.log_event("finished", "finished: test accuracy 85.00%", step=2 * steps)
+    now = time.time()
+    run.write_status(state="finished", message="finished: test accuracy 85.00%", step=2 * steps, started=now - 60,
+                     ended=now, test_acc=0.85)
+    return run.path
+
+
+def grow(runs_dir: Path, template: Path, n: int) -> None:
+    """Hard-linked copies of the template under new run ids until runs_dir holds n runs."""
+    have = len([p for p in runs_dir.iterdir() if p.is_dir()])
+    for i in range(have, n):
+        rid = f"2026{1 + i // 86400 % 12:02d}{1 + i // 3600 % 28:02d}-{i // 60 % 60:02d}{i % 60:02d}00-mnist-sample-" \
+              f"{i:04x}"[-40:]
+        shutil.copytree(template, runs_dir / rid, copy_function=os.link)
+
+
+def median_time(fn, n: int) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) if times else float("nan")
+
+
+def time_core(runs_dir: Path, reruns: int) -> dict[str, float]:
+    from brnn_core.runs import runs_table
+
+    out = {"runs_table, uncached": median_time(lambda: runs_table(runs_dir), 1)}
+    try:
+        from brnn_core.run_index import RunIndex
+    except ImportError:  # an older checkout (--source) has no index
+        return out
+    index = RunIndex(runs_dir)
+    out["RunIndex cold"] = median_time(index.table, 1)
+    out["RunIndex warm"] = median_time(index.table, reruns)
+    out["checkpoints, warm"] = median_time(index.checkpoint_choices, reruns)
+    return out
+
+
+def time_page(app: Path, page: str, reruns: int) -> tuple[float, float]:
+    """(first render, median rerun) of one page, server time, Streamlit's caches cleared first."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    at = AppTest.from_file(str(app), default_timeout=600)
+    at.switch_page(page)
+    t0 = time.perf_counter()
+    at.run()
+    first = time.perf_counter() - t0
+    if at.exception:
+        raise RuntimeError(f"{page}: {[e.value for e in at.exception]}")
+    return first, median_time(at.run, reruns)
+
+
+def time_stroke(runs_dir: Path) -> float:
+    """The Predict page's per-stroke work (its fragment's body) on the default model."""
+    from brnn_core import charts
+    from brnn_core.benchmarks.bench_predict import synthetic_canvas
+    from brnn_core.inference import Predictor, prepare
+
+    predictor = Predictor.from_checkpoint(next(runs_dir.iterdir()) / "checkpoints" / "best.pt")
+    canvas = synthetic_canvas()
+
+    def stroke() -> None:
+        x = prepare(canvas)
+        probs = predictor.predict(x.numpy())
+        charts.probabilities_figure(probs, predictor.classes).to_json()
+
+    stroke()
+    return median_time(stroke, 50)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="100,1000,5000", help="comma-separated run counts, increasing")
+    parser.add_argument("--reruns", type=int, default=5)
+    parser.add_argument("--source", type=Path, default=REPO, help="checkout whose brnn_core and pages are timed")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    sizes = sorted(int(n) for n in args.runs.split(",") if n)
+    sys.path.insert(0, str(args.source.resolve()))
+    os.chdir(args.source)  # the pages' `ui` package and relative paths
+    root = Path(tempfile.mkdtemp(prefix="brnn-history-"))
+    runs_dir, data_dir = root / "runs", root / "data"
+    runs_dir.mkdir()
+    data_dir.mkdir()
+    os.environ.update(BRNN_RUNS_DIR=str(runs_dir), BRNN_DATA_DIR=str(data_dir))
+    results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": str(args.source.resolve()),
+                     "cpus": os.cpu_count(), "sizes": {}}
+    try:
+        template = build_template(root / "template-parent")
+        grow(runs_dir, template, 3)
+        for page in PAGES.values():  # import every module once: first renders below exclude imports
+            time_page(args.source / "streamlit_app.py", page, 0)
+        for n in sizes:
+            grow(runs_dir, template, n)
+            load0 = os.getloadavg()[0]
+            row = time_core(runs_dir, args.reruns)
+            for name, page in PAGES.items():
+                row[f"{name} page first render"], row[f"{name} page rerun"] = time_page(
+                    args.source / "streamlit_app.py", page, args.reruns)
+            row["predict stroke"] = time_stroke(runs_dir)
+            row["load_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+            results["sizes"][n] = row
+            print(f"\n{n} runs (load {row['load_1min'][0]} -> {row['load_1min'][1]})", flush=True)
+            for key, value in row.items():
+                if key != "load_1min":
+                    print(f"  {key:28} {value * 1000:10.1f} ms", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out = args.json or RESULTS / f"{time.strftime('%Y-%m-%d_%H%M%S')}_history.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
