@@ -39,6 +39,7 @@ class Checkpoint:
     batch_in_epoch: int = 0  # batches done in the unfinished epoch (mid-epoch resume)
     metrics: dict[str, float] = field(default_factory=dict)
     optimizer_state: dict | None = None
+    scaler_state: dict | None = None  # fp16 loss scaling (GradScaler.state_dict) in last.pt
     bare: bool = False  # loaded from a bare state_dict
 
     def build_model(self, device: torch.device | str = "cpu") -> BiLSTM:
@@ -50,7 +51,8 @@ class Checkpoint:
 
 def save_checkpoint(path: Path, model: BiLSTM, *, classes: list[str], train_config: dict | None = None,
                     epoch: int = 0, step: int = 0, batch_in_epoch: int = 0,
-                    metrics: dict | None = None, optimizer: torch.optim.Optimizer | None = None) -> None:
+                    metrics: dict | None = None, optimizer: torch.optim.Optimizer | None = None,
+                    scaler: torch.amp.GradScaler | None = None) -> None:
     """Write atomically: a crash mid-save leaves the previous file intact."""
     payload = {
         "format": FORMAT,
@@ -67,6 +69,8 @@ def save_checkpoint(path: Path, model: BiLSTM, *, classes: list[str], train_conf
     }
     if optimizer is not None:
         payload["optimizer_state"] = optimizer.state_dict()
+    if scaler is not None and scaler.is_enabled():
+        payload["scaler_state"] = scaler.state_dict()  # the scale a resumed fp16 run continues from
     buf = io.BytesIO()
     torch.save(payload, buf)
     atomic_write(Path(path), lambda fh: fh.write(buf.getbuffer()))
@@ -122,7 +126,8 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
                 model_config=mcfg, model_state=dict(obj["model_state"]), classes=list(obj["classes"]),
                 train_config=dict(obj.get("train_config", {})), epoch=int(obj.get("epoch", 0)),
                 step=int(obj.get("step", 0)), batch_in_epoch=int(obj.get("batch_in_epoch", 0)),
-                metrics=dict(obj.get("metrics", {})), optimizer_state=obj.get("optimizer_state"))
+                metrics=dict(obj.get("metrics", {})), optimizer_state=obj.get("optimizer_state"),
+                scaler_state=obj.get("scaler_state"))
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{name}: a {FORMAT} file with a damaged header ({exc})") from None
         problem = _header_problem(ckpt)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data import to_input
+from .loss_scaling import LossScaler
 
 
 @contextlib.contextmanager
@@ -45,9 +46,9 @@ def autocast(device: torch.device, amp: str):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def grad_scaler(device: torch.device, amp: str) -> torch.amp.GradScaler | None:
-    """Loss scaling for fp16 training (bf16 has fp32's range and needs none)."""
-    return torch.amp.GradScaler(device.type) if amp == "fp16" else None
+def grad_scaler(device: torch.device, amp: str) -> LossScaler | None:
+    """Loss scaling for fp16 training (bf16 has fp32's range and needs none); it counts the steps it skips."""
+    return LossScaler(device.type) if amp == "fp16" else None
 
 
 def make_optimizer(params: Iterable[torch.Tensor], name: str, lr: float, weight_decay: float = 0.0,
@@ -146,7 +147,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
             if since_log >= log_interval:
                 mean = (running / since_log).item()  # the only host sync in the loop
                 now = time.perf_counter()
-                if not math.isfinite(mean):
+                if not math.isfinite(mean) or (isinstance(scaler, LossScaler) and scaler.stuck_message()):
                     return EpochResult(step, batch_offset + batches, mean, False, diverged=True)
                 if on_log is not None:
                     on_log(LogPoint(step, batch_offset + batches, mean, samples / max(now - last_time, 1e-9),
@@ -279,14 +280,18 @@ class FitResult:
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tensor, train_y: torch.Tensor,
         val_x: torch.Tensor, val_y: torch.Tensor, *, epochs: int, batch_size: int, seed: int,
         log_interval: int = 10, eval_batch_size: int = 250, amp: str = "off", start_epoch: int = 0,
-        start_batch: int = 0, step: int = 0, hooks: FitHooks | None = None) -> FitResult:
-    """Train for `epochs` epochs (from `start_epoch`/`start_batch` when resuming), validating after each."""
+        start_batch: int = 0, step: int = 0, hooks: FitHooks | None = None,
+        scaler: torch.amp.GradScaler | None = None) -> FitResult:
+    """Train for `epochs` epochs (from `start_epoch`/`start_batch` when resuming), validating after each.
+
+    `scaler`: fp16 loss scaling made by the caller (who saves and restores it with the checkpoints); made
+    here when amp is fp16 and none is given."""
     from .data import batches, epoch_order
 
     hooks = hooks or FitHooks()
     total_epochs = hooks.epochs or (lambda: epochs)
     epoch, batch0, last_val = start_epoch, start_batch, None
-    scaler = grad_scaler(train_x.device, amp)  # one per run: its scale carries over between epochs
+    scaler = scaler or grad_scaler(train_x.device, amp)  # one per run: its scale carries over between epochs
     while epoch < total_epochs():
         order = epoch_order(len(train_x), seed, epoch).to(train_x.device)  # replayable for resume
         on_log = (lambda p, e=epoch: hooks.on_log(e, p)) if hooks.on_log else None

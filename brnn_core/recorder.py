@@ -18,10 +18,13 @@ import torch
 from .checkpoint import save_checkpoint
 from .config import TrainConfig
 from .engine import EpochResult, EvalResult, FitHooks, LogPoint, weights_finite
+from .loss_scaling import LossScaler
 from .runs import Run
 from .states import State
 
 CHECKPOINT_EVERY_S = 30.0  # also save last.pt this often mid-epoch, so a kill loses little
+SKIP_WARN_FRACTION = 0.5  # fp16: warn when more than this share of a log window's steps were skipped
+SKIP_WARN_EVERY = 500  # ... at most once per this many steps
 
 Printer = Callable[[str, dict], None]  # (kind: log | epoch | test, info): the CLI's progress line
 
@@ -45,7 +48,8 @@ class Recorder:
 
     def __init__(self, run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
                  classes: list[str], settings: dict, start: Position, steps_per_epoch: int,
-                 printer: Printer | None = None, after_epoch: Callable[[int, dict], None] | None = None):
+                 printer: Printer | None = None, after_epoch: Callable[[int, dict], None] | None = None,
+                 scaler: LossScaler | None = None):
         self.run, self.cfg, self.model, self.optimizer = run, cfg, model, optimizer
         self.classes, self.settings, self.steps_per_epoch = classes, settings, steps_per_epoch
         self.position = Position(start.epoch, start.batch, start.step, start.best_val)
@@ -54,6 +58,9 @@ class Recorder:
         self.t_start = time.perf_counter()
         self.elapsed0 = float(run.raw_status().get("elapsed_s") or 0.0)  # time of earlier workers of this run
         self.last_save = time.perf_counter()
+        self.scaler = scaler  # fp16 loss scaling: saved in last.pt, its skipped steps reported
+        self._skips_seen = (scaler.steps, scaler.skipped_steps()) if scaler is not None else (0, 0)
+        self._skip_warned_at = -SKIP_WARN_EVERY
 
     def hooks(self, before_step: Callable[[int], bool] | None) -> FitHooks:
         return FitHooks(before_step=before_step, on_log=self.on_log, on_epoch_end=self.on_epoch_end,
@@ -65,7 +72,8 @@ class Recorder:
         return {"epoch": p.epoch, "batch": p.batch, "steps_per_epoch": self.steps_per_epoch,
                 "total_steps": self.settings["epochs"] * self.steps_per_epoch,
                 "steps_done": p.epoch * self.steps_per_epoch + p.batch, "elapsed_s": self.elapsed_s(),
-                "live": dict(self.settings)}
+                "live": dict(self.settings),
+                **({"skipped_steps": self.scaler.skipped_steps()} if self.scaler is not None else {})}
 
     def elapsed_s(self) -> float:
         return self.elapsed0 + time.perf_counter() - self.t_start
@@ -74,11 +82,27 @@ class Recorder:
         p = self.position
         save_checkpoint(self.run.last_ckpt, self.model, classes=self.classes, epoch=p.epoch, step=p.step,
                         batch_in_epoch=p.batch, train_config={**self.cfg.to_dict(), "live": dict(self.settings)},
-                        metrics=metrics, optimizer=self.optimizer)
+                        metrics=metrics, optimizer=self.optimizer, scaler=self.scaler)
         self.last_save = time.perf_counter()
+
+    def check_skips(self, step: int) -> None:
+        """fp16: an event when most steps of the last log window were skipped (their gradients overflowed)."""
+        if self.scaler is None:
+            return
+        steps, skipped = self.scaler.steps, self.scaler.skipped_steps()
+        new_steps, new_skipped = steps - self._skips_seen[0], skipped - self._skips_seen[1]
+        self._skips_seen = (steps, skipped)
+        if new_steps and new_skipped > SKIP_WARN_FRACTION * new_steps and step - self._skip_warned_at >= \
+                SKIP_WARN_EVERY:
+            self._skip_warned_at = step
+            self.run.log_event("warning", f"fp16 loss scaling skipped {new_skipped} of the last {new_steps} steps "
+                                          f"(their gradients overflowed; {skipped} skipped in all, loss scale now "
+                                          f"{self.scaler.get_scale():g}); if most steps keep overflowing the run "
+                                          "ends as diverged", step=step, skipped_steps=skipped)
 
     def on_log(self, epoch: int, point: LogPoint) -> None:
         self.position.epoch, self.position.batch, self.position.step = epoch, point.batch, point.step
+        self.check_skips(point.step)
         self.run.log_metric(step=point.step, epoch=epoch + point.batch / self.steps_per_epoch, split="train",
                             loss=point.loss, lr=point.lr, samples_per_s=point.samples_per_s,
                             elapsed_s=self.elapsed_s())

@@ -28,8 +28,9 @@ from .checkpoint import CheckpointError, check_state_matches, load_checkpoint
 from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_device
 from .control import Controller
 from .data import DatasetError, load_dataset, split_train_val
-from .engine import FitResult, evaluate, fit, make_optimizer
+from .engine import FitResult, evaluate, fit, grad_scaler, make_optimizer
 from .fileio import atomic_write, atomic_write_json
+from .loss_scaling import LossScaler
 from .model import BiLSTM, ModelConfig
 from .recorder import Position, Printer, Recorder
 from .reports import write_report
@@ -128,8 +129,10 @@ def load_splits(cfg: TrainConfig, data_dir: Path, device: torch.device, progress
     return Splits(*(t.to(device) for t in tensors), classes=ds.classes, source=ds.source)
 
 
-def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings: dict) -> Position:
-    """Continue from the run's last.pt: weights, optimizer state, live settings; returns where it was."""
+def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings: dict,
+            scaler: torch.amp.GradScaler | None = None) -> Position:
+    """Continue from the run's last.pt: weights, optimizer state, live settings (and the fp16 loss scale);
+    returns where it was."""
     if not run.last_ckpt.is_file():
         run.log_event("resume", "no checkpoint was saved yet: starting again from step 0", step=0)
         run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])
@@ -142,6 +145,8 @@ def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings:
     model.load_state_dict(ckpt.model_state)
     if ckpt.optimizer_state:
         optimizer.load_state_dict(ckpt.optimizer_state)
+    if scaler is not None and ckpt.scaler_state:
+        scaler.load_state_dict(ckpt.scaler_state)
     settings.update({k: v for k, v in ckpt.train_config.get("live", {}).items() if k in settings})
     for group in optimizer.param_groups:  # the optimizer's saved state carries the lr it had then
         group["lr"] = settings["lr"]
@@ -168,22 +173,23 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
-    start = restore(run, model, optimizer, settings) if resume else Position()
+    scaler = grad_scaler(device, cfg.amp)  # fp16 only; lives in last.pt with the optimizer
+    start = restore(run, model, optimizer, settings, scaler) if resume else Position()
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   classes=splits.classes, data_source=splits.source)
     atomic_write_json(run.config_path, config)
     recorder = Recorder(run, cfg, model, optimizer, classes=splits.classes, settings=settings, start=start,
                         steps_per_epoch=math.ceil(len(splits.train_y) / cfg.batch_size), printer=printer,
-                        after_epoch=after_epoch)
+                        after_epoch=after_epoch, scaler=scaler)
     controller = Controller(run, optimizer, settings, status_extra=recorder.status_extra)
     _begin(run, recorder, controller, device, splits)
     result = fit(model, optimizer, splits.train_x, splits.train_y, splits.val_x, splits.val_y, epochs=cfg.epochs,
                  batch_size=cfg.batch_size, seed=cfg.seed, log_interval=cfg.log_interval,
                  eval_batch_size=cfg.eval_batch_size, amp=cfg.amp, start_epoch=start.epoch,
-                 start_batch=start.batch, step=start.step, hooks=recorder.hooks(controller))
+                 start_batch=start.batch, step=start.step, hooks=recorder.hooks(controller), scaler=scaler)
     controller.step = result.step
     if result.state == State.DIVERGED:
-        return end_diverged(run, cfg, settings, result)
+        return end_diverged(run, cfg, settings, result, scaler)
     if result.state == State.STOPPED:
         return end_stopped(run, recorder, result)
     return end_finished(run, recorder, cfg, splits, result)
@@ -204,7 +210,8 @@ def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.d
 
 
 # ---------------------------------------------------------------- how a run ends
-def end_diverged(run: Run, cfg: TrainConfig, settings: dict, result: FitResult) -> str:
+def end_diverged(run: Run, cfg: TrainConfig, settings: dict, result: FitResult,
+                 scaler: LossScaler | None = None) -> str:
     """The loss blew up: keep the last finite checkpoints and say what to change."""
     saved = [p.name for p in (run.last_ckpt, run.best_ckpt) if p.is_file()]
     untrained = run.last_ckpt.is_file() and load_checkpoint(run.last_ckpt).step == 0 and len(saved) == 1
@@ -216,10 +223,15 @@ def end_diverged(run: Run, cfg: TrainConfig, settings: dict, result: FitResult) 
                 "saved before it diverged.")
     else:
         kept = "no checkpoint was saved before it diverged."
-    message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
-               f"(now {settings['lr']:g}){decay} or turn on gradient clipping; {kept}")
+    stuck = scaler.stuck_message() if isinstance(scaler, LossScaler) else None
+    if stuck:
+        message = f"diverged at step {result.step}: {stuck}; {kept}"
+    else:
+        message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
+                   f"(now {settings['lr']:g}){decay} or turn on gradient clipping; {kept}")
     run.log_event("diverged", message, step=result.step)
-    run.write_status(state=State.DIVERGED, message=message, ended=time.time(), step=result.step)
+    run.write_status(state=State.DIVERGED, message=message, ended=time.time(), step=result.step,
+                     **({"skipped_steps": scaler.skipped_steps()} if isinstance(scaler, LossScaler) else {}))
     return State.DIVERGED
 
 
