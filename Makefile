@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 PORT ?= 8501
 
-.PHONY: run test test-fast lint bench soak clean-venv
+.PHONY: run test test-fast lint bench bench-gpu soak clean-venv
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m brnn_core bench
+
+# everything the CUDA path must prove (bench/README.md, "GPU"); one line and exit 0 without CUDA.
+# Fashion-MNIST from $$BRNN_DATA_DIR (a GPU machine has no internet: carry the four files along)
+bench-gpu: $(STAMP)
+	$(PY) bench/cuda_check.py
 
 clean-venv:
 	rm -rf $(VENV)

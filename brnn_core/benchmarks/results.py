@@ -62,8 +62,10 @@ def rows_to_csv(rows: list[Row], meta: dict) -> str:
     return buf.getvalue()
 
 
-def write_results(out_dir: Path, rows: list[Row], meta: dict, errors: list[dict]) -> list[Path]:
-    """Write the dated pair and overwrite latest.*, each file atomically; the paths written."""
+def write_results(out_dir: Path, rows: list[Row], meta: dict, errors: list[dict], *, tag: str = "",
+                  latest: bool = True) -> list[Path]:
+    """Write the dated pair (named ..._TAG when given) and, with `latest`, overwrite latest.*, each file atomically;
+    the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d_%H%M%S", time.strptime(meta["date"][:19], "%Y-%m-%dT%H:%M:%S"))
     slug = "".join(c if c.isalnum() else "-" for c in (meta["device"] if meta["device"] == "cpu"
@@ -72,7 +74,7 @@ def write_results(out_dir: Path, rows: list[Row], meta: dict, errors: list[dict]
     blob_json = (json.dumps({"meta": meta, "rows": [row_dict(r) for r in rows], "errors": errors}, indent=2,
                             default=str) + "\n").encode()
     written = []
-    for base in (f"{stamp}_{slug}", "latest"):
+    for base in (f"{stamp}_{slug}" + (f"_{tag}" if tag else ""), *(["latest"] if latest else [])):
         for suffix, blob in ((".csv", blob_csv), (".json", blob_json)):
             path = out_dir / f"{base}{suffix}"
             atomic_write(path, lambda fh, b=blob: fh.write(b))
