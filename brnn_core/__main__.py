@@ -2,7 +2,11 @@
 
 import sys
 
-from .cli import main
+from .threads import apply_openmp_env
+
+apply_openmp_env()  # before anything imports torch: libgomp reads its wait settings once, when it loads
+
+from .cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

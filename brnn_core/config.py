@@ -74,8 +74,9 @@ class TrainConfig:
     amp: str = field(default="off", metadata={
         "help": "Mixed precision: off, bf16 or fp16 (fp16 on CUDA only)."})
     cpu_threads: int = field(default=0, metadata={
-        "help": "CPU threads for training; 0 = all cores but one, so the dashboard and other programs keep "
-                "a core (torch's default of every core stalls on a busy machine; bench/README.md, \"Noise\").",
+        "help": "CPU threads for training; 0 = every core, shared evenly with other training runs on this machine "
+                "(re-planned while they come and go; OpenMP threads spin only briefly, so the dashboard and "
+                "other programs get a core when they need one: bench/README.md, \"Threads\").",
         "range": (0, 1024)})
 
     # ----------------------------------------------------------------- helpers
@@ -266,14 +267,13 @@ def cpu_has_bf16() -> bool:
 
 
 def cpu_threads(requested: int) -> int | None:
-    """Threads for CPU training: `requested`, or all cores but one; None keeps an explicit OMP_NUM_THREADS."""
+    """Threads a CPU training process starts with on an otherwise idle machine: `requested`, or every core;
+    None keeps an explicit OMP_NUM_THREADS (the policy, and how it shares with other runs: threads.py)."""
     import os
 
-    if requested > 0:
-        return requested
-    if os.environ.get("OMP_NUM_THREADS"):
-        return None
-    return max(1, (os.cpu_count() or 1) - 1)
+    from .threads import plan_threads
+
+    return plan_threads(requested, cores=os.cpu_count() or 1, others=[], env=os.environ).threads
 
 
 def resolve_device(spec: str):

@@ -20,6 +20,7 @@ import torch
 from .config import TrainConfig
 from .runs import Run, RunError, create_run, list_runs
 from .states import ACTIVE_STATES, State
+from .threads import openmp_env
 
 
 def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
@@ -27,13 +28,21 @@ def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
     return cmd + ["--resume", str(run_dir)] if resume else cmd
 
 
-def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False) -> subprocess.Popen:
-    """Start the worker for an existing run directory; its output goes to worker.log."""
-    env = dict(os.environ)
+def worker_environ(base: dict[str, str], data_dir: Path | None = None) -> dict[str, str]:
+    """The worker process's environment: `base` (the server's), the data folder, plain progress lines, and
+    libgomp's wait policy, which it reads once when the worker loads torch (threads.py)."""
+    env = dict(base)
     if data_dir is not None:
         env["BRNN_DATA_DIR"] = str(data_dir)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("BRNN_PROGRESS", "plain")
+    env.update(openmp_env(env))
+    return env
+
+
+def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False) -> subprocess.Popen:
+    """Start the worker for an existing run directory; its output goes to worker.log."""
+    env = worker_environ(os.environ, data_dir)
     with open(run.path / "worker.log", "ab") as log:
         proc = subprocess.Popen(worker_command(run.path, resume=resume), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,

@@ -25,7 +25,7 @@ import torch
 
 from .allocator import tune_malloc
 from .checkpoint import CheckpointError, check_state_matches, load_checkpoint
-from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_device
+from .config import LIVE_FIELDS, TrainConfig, resolve_device
 from .control import Controller
 from .data import DatasetError, load_dataset, split_train_val
 from .engine import FitResult, evaluate, fit, grad_scaler, make_optimizer
@@ -36,6 +36,7 @@ from .recorder import Position, Printer, Recorder
 from .reports import write_report
 from .runs import Run
 from .states import State
+from .threads import ThreadKeeper, release_claim
 
 
 def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
@@ -69,6 +70,8 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Pri
     except Exception as exc:  # noqa: BLE001 - a worker must always report why it ended
         run_log_traceback(run)
         return _fail(run, f"{type(exc).__name__}: {exc}")
+    finally:
+        release_claim()  # this process's share of the CPU (threads.py), if it took one
 
 
 def run_log_traceback(run: Run) -> None:
@@ -107,11 +110,8 @@ class Splits:
 
 
 def prepare_device(cfg: TrainConfig) -> torch.device:
-    """The run's device, with this process's threads and allocator set up for it (why: bench/README.md)."""
+    """The run's device, with this process's allocator set up for it (why: bench/README.md); threads: _train."""
     device = resolve_device(cfg.device)
-    threads = cpu_threads(cfg.cpu_threads)
-    if device.type == "cpu" and threads:
-        torch.set_num_threads(threads)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     elif device.type == "cpu":
@@ -164,6 +164,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     config = run.config()
     cfg = TrainConfig.from_dict(config.get("train", {}))
     device = prepare_device(cfg)
+    keeper = ThreadKeeper(cfg.cpu_threads, on_change=lambda step, plan: run.log_event(
+        "threads", f"now {plan.threads} CPU thread(s): {plan.why}", step=step)) if device.type == "cpu" else None
     run.write_status(state=State.LOADING, message=f"loading {cfg.dataset}")
     for stale in run.checkpoint_dir.glob(".*.tmp"):  # left by a worker killed while saving; only we write here
         with contextlib.suppress(OSError):
@@ -176,6 +178,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     scaler = grad_scaler(device, cfg.amp)  # fp16 only; lives in last.pt with the optimizer
     start = restore(run, model, optimizer, settings, scaler) if resume else Position()
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
+                  threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
                   classes=splits.classes, data_source=splits.source)
     atomic_write_json(run.config_path, config)
     recorder = Recorder(run, cfg, model, optimizer, classes=splits.classes, settings=settings, start=start,
@@ -183,10 +186,13 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
                         after_epoch=after_epoch, scaler=scaler)
     controller = Controller(run, optimizer, settings, status_extra=recorder.status_extra)
     _begin(run, recorder, controller, device, splits)
+    hooks = recorder.hooks(controller)
+    if keeper is not None:  # other training processes come and go: re-plan this one's share between steps
+        hooks.before_step = keeper.wrap(hooks.before_step)
     result = fit(model, optimizer, splits.train_x, splits.train_y, splits.val_x, splits.val_y, epochs=cfg.epochs,
                  batch_size=cfg.batch_size, seed=cfg.seed, log_interval=cfg.log_interval,
                  eval_batch_size=cfg.eval_batch_size, amp=cfg.amp, start_epoch=start.epoch,
-                 start_batch=start.batch, step=start.step, hooks=recorder.hooks(controller), scaler=scaler)
+                 start_batch=start.batch, step=start.step, hooks=hooks, scaler=scaler)
     controller.step = result.step
     if result.state == State.DIVERGED:
         return end_diverged(run, cfg, settings, result, scaler)

@@ -1,0 +1,193 @@
+"""CPU threads for training: how many each process uses, and how its OpenMP threads wait.
+
+Two levers, both measured (bench/README.md, "Threads"):
+
+- **How OpenMP threads wait.** torch's CPU kernels (and oneDNN's LSTM) run on libgomp. An LSTM
+  step is hundreds of small parallel regions; at the end of each, libgomp's default makes a thread
+  that finished first spin for about 300,000 iterations (milliseconds) before sleeping. On an idle
+  machine that is fastest; when another process holds a core, the spinning thread burns the time the
+  thread it waits for needs, and training collapses. `OPENMP_ENV` caps the spin so a waiting thread
+  soon gives its core away. libgomp reads these variables once, when torch loads it, so they are set
+  in the worker's environment (`jobs.spawn_worker`) and at the top of `python -m brnn_core` before
+  anything imports torch, and only where the user has not set them.
+- **How many threads.** Every core by default, as torch (and the blog script) would use, minus the
+  cores other brnn_core training processes on this machine hold: each training process leaves a
+  claim (a small file under the temp folder) and re-plans every few seconds, so two runs started
+  one after the other share the cores instead of oversubscribing them. An explicit `cpu_threads`
+  or OMP_NUM_THREADS is always kept. torch's inter-op pool is left alone: the LSTM never uses it.
+
+`plan_threads` is the policy as a pure function (tested); `CpuClaims` is the bookkeeping around it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# libgomp spins this many iterations at a barrier before it sleeps (its default: 300,000; PASSIVE: 0)
+OPENMP_ENV = {"GOMP_SPINCOUNT": "10000"}
+USER_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # either one set by the user: leave both alone
+REPLAN_EVERY_S = 5.0
+
+
+def openmp_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The OpenMP wait settings to add to `environ`: ours, unless the user chose a wait policy there (or
+    turned ours off with BRNN_OPENMP_ENV=0). Includes BRNN_OPENMP_ADDED, naming what was added."""
+    if environ.get("BRNN_OPENMP_ENV") == "0" or any(environ.get(k) for k in USER_WAIT_VARS):
+        return {}
+    return {**OPENMP_ENV, "BRNN_OPENMP_ADDED": ",".join(OPENMP_ENV)}
+
+
+def apply_openmp_env(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+    """Put `openmp_env` into this process's environment; only useful before torch is imported."""
+    if "torch" in sys.modules:
+        return {}  # libgomp has read its settings already
+    added = openmp_env(environ)
+    environ.update(added)
+    return added
+
+
+def plain_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without the OpenMP settings brnn_core added, and with them turned off: for a baseline
+    process (the blog script's loop in the bench) that must run as a plain Python process would."""
+    added = [k for k in environ.get("BRNN_OPENMP_ADDED", "").split(",") if k]
+    env = {k: v for k, v in environ.items() if k not in added and k != "BRNN_OPENMP_ADDED"}
+    env["BRNN_OPENMP_ENV"] = "0"
+    return env
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What another training process on this machine holds."""
+
+    threads: int
+    auto: bool  # planned by this policy (it shrinks and grows) rather than fixed by cpu_threads/OMP_NUM_THREADS
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    threads: int | None  # None: leave torch's setting (OMP_NUM_THREADS decides)
+    auto: bool
+    why: str
+
+
+def plan_threads(requested: int, *, cores: int, others: list[Claim], env: Mapping[str, str]) -> ThreadPlan:
+    """Threads for one training process: `requested` if above 0, OMP_NUM_THREADS if set, else a fair share.
+
+    The share: the cores not held by fixed claims, divided evenly between this process and the other
+    auto-planned ones (which re-plan the same way), at least one."""
+    if requested > 0:
+        return ThreadPlan(requested, False, f"cpu_threads={requested}")
+    if env.get("OMP_NUM_THREADS"):
+        return ThreadPlan(None, False, f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
+    fixed = sum(c.threads for c in others if not c.auto)
+    sharers = 1 + sum(1 for c in others if c.auto)
+    share = max(1, (cores - fixed) // sharers)
+    why = f"{share} of {cores} cores" + (f", shared with {len(others)} other training process(es)" if others else "")
+    return ThreadPlan(share, True, why)
+
+
+def claims_dir() -> Path:
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"brnn-cpu-claims-{uid}"
+
+
+class CpuClaims:
+    """This process's claim on the CPU and the others' (one JSON file per training process, by pid).
+
+    A claim whose process is gone (or whose pid was reused) is ignored and removed."""
+
+    def __init__(self, requested: int, *, folder: Path | None = None, env: Mapping[str, str] = os.environ,
+                 cores: int | None = None):
+        self.requested, self.env = requested, env
+        self.cores = cores or os.cpu_count() or 1
+        self.folder = folder or claims_dir()
+        self.path = self.folder / str(os.getpid())
+        self.plan: ThreadPlan | None = None
+        self.planned_at = 0.0
+
+    def others(self) -> list[Claim]:
+        import psutil
+
+        out = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.folder):
+                if entry.name == self.path.name or not entry.name.isdigit():
+                    continue
+                try:
+                    data = json.loads(Path(entry.path).read_text())
+                    alive = abs(psutil.Process(int(entry.name)).create_time() - data["started"]) < 1.0
+                except (OSError, ValueError, KeyError, psutil.Error):
+                    alive = False
+                if alive:
+                    out.append(Claim(int(data["threads"]), bool(data["auto"])))
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+        return out
+
+    def replan(self, *, force: bool = False) -> ThreadPlan:
+        """Plan again (at most every REPLAN_EVERY_S unless forced), record the claim, and return the plan."""
+        if self.plan is not None and not force and time.monotonic() - self.planned_at < REPLAN_EVERY_S:
+            return self.plan
+        self.planned_at = time.monotonic()
+        plan = plan_threads(self.requested, cores=self.cores, others=self.others(), env=self.env)
+        if plan != self.plan:
+            self.plan = plan
+            self._write(plan)
+        return plan
+
+    def _write(self, plan: ThreadPlan) -> None:
+        import psutil
+
+        threads = plan.threads or int(self.env.get("OMP_NUM_THREADS") or 1)
+        blob = json.dumps({"threads": threads, "auto": plan.auto, "started": psutil.Process().create_time()})
+        with contextlib.suppress(OSError):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(blob)
+            os.replace(tmp, self.path)
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+def release_claim() -> None:
+    """Drop this process's claim (a run ended; the process may train another or do something else)."""
+    with contextlib.suppress(OSError):
+        (claims_dir() / str(os.getpid())).unlink()
+
+
+class ThreadKeeper:
+    """Sets torch's thread count from the plan now, and again whenever a re-plan changes it (between steps)."""
+
+    def __init__(self, requested: int, claims: CpuClaims | None = None, on_change=None):
+        self.claims = claims or CpuClaims(requested)
+        self.on_change = on_change  # (step, plan) after a re-plan changed the thread count
+        self.apply(force=True)
+
+    def apply(self, *, step: int | None = None, force: bool = False) -> ThreadPlan:
+        import torch
+
+        plan = self.claims.replan(force=force)
+        if plan.threads and plan.threads != torch.get_num_threads():
+            torch.set_num_threads(plan.threads)
+            if step is not None and self.on_change is not None:
+                self.on_change(step, plan)
+        return plan
+
+    def wrap(self, before_step):
+        """A FitHooks.before_step that re-plans (at most every REPLAN_EVERY_S) before calling `before_step`."""
+        def hook(step: int) -> bool:
+            self.apply(step=step)
+            return before_step(step) if before_step is not None else True
+
+        return hook

@@ -1,0 +1,134 @@
+"""The CPU thread policy (brnn_core.threads): threads per process, OpenMP's wait settings, claims between runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+import torch
+from helpers import REPO, stop_process, torch_threads
+
+from brnn_core import threads
+from brnn_core.jobs import worker_environ
+from brnn_core.threads import OPENMP_ENV, Claim, CpuClaims, ThreadKeeper, plan_threads
+
+AUTO, FIXED = True, False
+
+
+@pytest.mark.parametrize(("requested", "cores", "others", "env", "expected"), [
+    (0, 2, [], {}, (2, AUTO)),  # idle 2-core machine: both cores, as the blog's loop uses
+    (0, 16, [], {}, (16, AUTO)),  # more cores: never fewer than torch's own default
+    (0, 1, [], {}, (1, AUTO)),
+    (0, 2, [Claim(2, AUTO)], {}, (1, AUTO)),  # a second run: an even share, the first one shrinks to its share too
+    (0, 16, [Claim(16, AUTO)], {}, (8, AUTO)),
+    (0, 16, [Claim(8, AUTO), Claim(8, AUTO), Claim(8, AUTO)], {}, (4, AUTO)),
+    (0, 16, [Claim(4, FIXED), Claim(8, AUTO)], {}, (6, AUTO)),  # sweep trials with fixed CPUs are left their cores
+    (0, 2, [Claim(2, FIXED), Claim(1, AUTO)], {}, (1, AUTO)),  # never below one thread
+    (3, 2, [Claim(2, AUTO)], {}, (3, FIXED)),  # cpu_threads wins over everything
+    (0, 8, [Claim(8, AUTO)], {"OMP_NUM_THREADS": "2"}, (None, FIXED)),  # the user's OMP_NUM_THREADS is kept
+    (0, 8, [], {"OMP_NUM_THREADS": ""}, (8, AUTO)),  # an empty variable is no setting
+])
+def test_plan_threads(requested, cores, others, env, expected):
+    plan = plan_threads(requested, cores=cores, others=others, env=env)
+    assert (plan.threads, plan.auto) == expected
+    assert plan.why  # shown in the run's config.json and events
+
+
+def test_openmp_env_is_added_only_where_the_user_set_no_wait_policy():
+    assert threads.openmp_env({}) == {**OPENMP_ENV, "BRNN_OPENMP_ADDED": ",".join(OPENMP_ENV)}
+    assert threads.openmp_env({"OMP_WAIT_POLICY": "ACTIVE"}) == {}
+    assert threads.openmp_env({"GOMP_SPINCOUNT": "INFINITE"}) == {}
+    assert threads.openmp_env({"BRNN_OPENMP_ENV": "0"}) == {}
+    # a baseline process (the blog loop in the bench) gets none of ours, and keeps the user's own
+    added = {"PATH": "/bin", **threads.openmp_env({})}
+    assert threads.plain_env(added) == {"PATH": "/bin", "BRNN_OPENMP_ENV": "0"}
+    assert threads.plain_env({"GOMP_SPINCOUNT": "5"})["GOMP_SPINCOUNT"] == "5"
+    assert threads.openmp_env(threads.plain_env(added)) == {}
+
+
+def test_worker_environment_carries_the_wait_policy(tmp_path):
+    env = worker_environ({"PATH": "/bin"}, tmp_path)
+    assert {k: env[k] for k in OPENMP_ENV} == OPENMP_ENV and env["BRNN_DATA_DIR"] == str(tmp_path)
+    assert worker_environ({"OMP_WAIT_POLICY": "PASSIVE"})["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert not set(OPENMP_ENV) & set(worker_environ({"OMP_WAIT_POLICY": "PASSIVE"}))
+
+
+@pytest.mark.worker
+def test_python_m_brnn_core_sets_the_wait_policy_before_torch_loads():
+    """libgomp reads GOMP_SPINCOUNT when torch loads it: record the variable at the moment torch is imported."""
+    probe = textwrap.dedent("""
+        import builtins, os, runpy, sys
+        seen = {}
+        real_import = builtins.__import__
+        def spy(name, *args, **kwargs):
+            if name == "torch" and "torch" not in sys.modules and "at_torch" not in seen:
+                seen["at_torch"] = {k: os.environ.get(k) for k in %r}
+            return real_import(name, *args, **kwargs)
+        builtins.__import__ = spy
+        sys.argv = ["brnn_core", "predict", "--help"]
+        try:
+            runpy.run_module("brnn_core", run_name="__main__", alter_sys=True)
+        except SystemExit:
+            pass
+        print("RESULT", __import__("json").dumps(seen))
+    """) % (list(OPENMP_ENV),)
+    env = {k: v for k, v in __import__("os").environ.items() if k not in (*OPENMP_ENV, "OMP_WAIT_POLICY",
+                                                                          "BRNN_OPENMP_ENV")}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
+    assert json.loads(line.split(" ", 1)[1])["at_torch"] == OPENMP_ENV, out.stdout + out.stderr
+
+
+@pytest.fixture
+def other_process():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    stop_process(proc)
+
+
+def write_claim(folder, pid: int, threads_: int, auto: bool, started: float) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / str(pid)).write_text(json.dumps({"threads": threads_, "auto": auto, "started": started}))
+
+
+def test_claims_of_other_live_processes_are_shared_and_stale_ones_dropped(tmp_path, other_process):
+    folder = tmp_path / "claims"
+    started = psutil.Process(other_process.pid).create_time()
+    write_claim(folder, other_process.pid, 4, True, started)
+    write_claim(folder, 999_999_999, 4, True, started)  # no such process
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    write_claim(folder, int(dead.stdout), 4, True, started)  # exited (or its pid reused by another program)
+    claims = CpuClaims(0, folder=folder, env={}, cores=4)
+    assert claims.others() == [Claim(4, True)]
+    assert sorted(p.name for p in folder.iterdir()) == [str(other_process.pid)]  # stale claims removed
+    plan = claims.replan(force=True)
+    assert (plan.threads, plan.auto) == (2, True)
+    mine = json.loads(claims.path.read_text())  # what the other process will see of this one
+    assert mine["threads"] == 2 and mine["auto"] is True
+    claims.release()
+    assert not claims.path.exists()
+
+
+def test_thread_keeper_follows_the_plan_between_steps(tmp_path, other_process):
+    folder = tmp_path / "claims"
+    claims = CpuClaims(0, folder=folder, env={}, cores=4)
+    changes = []
+    with torch_threads(1):
+        keeper = ThreadKeeper(0, claims, on_change=lambda step, plan: changes.append((step, plan.threads)))
+        assert torch.get_num_threads() == 4 and not changes  # alone: every core, set before training starts
+        write_claim(folder, other_process.pid, 4, True, psutil.Process(other_process.pid).create_time())
+        hook = keeper.wrap(lambda step: step < 10)
+        assert hook(3) is True and torch.get_num_threads() == 4  # re-planned at most every REPLAN_EVERY_S
+        claims.planned_at -= threads.REPLAN_EVERY_S
+        assert hook(12) is False  # the wrapped hook's answer comes through
+        assert torch.get_num_threads() == 2 and changes == [(12, 2)]  # another run came: half the cores each
+        (folder / str(other_process.pid)).unlink()
+        claims.planned_at -= threads.REPLAN_EVERY_S
+        hook(20)
+        assert torch.get_num_threads() == 4 and changes == [(12, 2), (20, 4)]  # it left: all of them again
+    claims.release()
