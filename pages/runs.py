@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import streamlit as st
+from PIL import Image
 
 from brnn_core import charts
 from brnn_core.data import DatasetError, load_dataset
 from brnn_core.reports import compute_report, read_report
 from brnn_core.runs import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
-from ui.common import flash, folders, run_index, select_run, show_flashes, state_label
+from ui.common import flash, folders, memo, run_index, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
@@ -44,10 +47,12 @@ o1, o2, o3 = st.columns(3)
 smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smooth")
 log_y = o2.toggle("Log scale", key="cmp_log")
 curves = {rid: index.metrics(rid) for rid in selected}  # only the overlaid runs' whole metrics
+curves_key = tuple((rid, id(df), len(df)) for rid, df in curves.items())  # a re-read run is a new frame
 c1, c2 = st.columns(2)
-c1.plotly_chart(charts.compare_figure(curves, smoothing=smoothing, what="train", log_y=log_y), key="cmp_train",
-                on_select="ignore")
-c2.plotly_chart(charts.compare_figure(curves, what="val", log_y=log_y), key="cmp_val", on_select="ignore")
+c1.plotly_chart(memo("cmp_train", (curves_key, smoothing, log_y), lambda: charts.compare_figure(
+    curves, smoothing=smoothing, what="train", log_y=log_y)), key="cmp_train", on_select="ignore")
+c2.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(curves, what="val", log_y=log_y)),
+                key="cmp_val", on_select="ignore")
 
 st.divider()
 run_id = st.selectbox("Inspect one run", list(table["run_id"]),
@@ -60,6 +65,18 @@ st.markdown(f"**{state_label(status.get('state'))}** · {status.get('message', '
 @st.cache_data(max_entries=4, show_spinner="Loading test images…")
 def test_images(dataset: str) -> np.ndarray:
     return load_dataset(dataset, data_dir, download=False).test_x.numpy()
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def thumbnails(dataset: str, indices: tuple[int, ...]) -> list[bytes]:
+    """PNGs of these test images, encoded once (st.image would encode each array again on every rerun)."""
+    images = test_images(dataset)
+    out = []
+    for i in indices:
+        buf = io.BytesIO()
+        Image.fromarray(images[i]).save(buf, format="PNG")
+        out.append(buf.getvalue())
+    return out
 
 
 tab_report, tab_events, tab_files = st.tabs(["Test report", "Event log", "Files"])
@@ -81,19 +98,21 @@ with tab_report:
         st.metric("Test accuracy", f"{100 * report['accuracy']:.2f}%",
                   help=f"{report.get('size', '?')} test images, {report.get('checkpoint', 'best.pt')}")
         r1, r2 = st.columns(2)
-        r1.plotly_chart(charts.confusion_figure(report["confusion_matrix"], classes), key="confusion",
-                        on_select="ignore")
-        r2.plotly_chart(charts.per_class_figure(report["per_class_accuracy"], classes), key="per_class",
-                        on_select="ignore")
+        report_key = (run.id, report.get("checkpoint"), report.get("loss"), report.get("size"))
+        r1.plotly_chart(memo("confusion", report_key, lambda: charts.confusion_figure(report["confusion_matrix"],
+                                                                                      classes)),
+                        key="confusion", on_select="ignore")
+        r2.plotly_chart(memo("per_class", report_key, lambda: charts.per_class_figure(report["per_class_accuracy"],
+                                                                                      classes)),
+                        key="per_class", on_select="ignore")
         wrong = report["misclassified"]
         st.markdown(f"**Misclassified test images** ({len(wrong)} shown, most confident mistakes first)")
         try:
-            images = test_images(report["dataset"])
+            pngs = thumbnails(report["dataset"], tuple(item["index"] for item in wrong[:48]))
             cols = st.columns(8)
-            for k, item in enumerate(wrong[:48]):
-                cols[k % 8].image(images[item["index"]], width=72,
-                                  caption=f"true {classes[item['true']]} → {classes[item['pred']]} "
-                                          f"({100 * item['confidence']:.0f}%)")
+            for k, (item, png) in enumerate(zip(wrong[:48], pngs, strict=True)):
+                caption = f"true {classes[item['true']]} → {classes[item['pred']]} ({100 * item['confidence']:.0f}%)"
+                cols[k % 8].image(png, width=72, output_format="PNG", caption=caption)
         except (DatasetError, IndexError) as exc:
             st.warning(f"Test images unavailable: {exc}")
 

@@ -49,6 +49,17 @@ def run_index(runs_dir: Path) -> RunIndex:
     return _run_index(str(Path(runs_dir).resolve()))
 
 
+def memo(name: str, key, build):
+    """`build()` once per `key` in this session: a chart whose inputs did not change is not rebuilt on a rerun
+    (building a Plotly figure costs more than drawing the page around it)."""
+    slot = f"_memo_{name}"
+    hit = st.session_state.get(slot)
+    if hit is None or hit[0] != key:
+        hit = (key, build())
+        st.session_state[slot] = hit
+    return hit[1]
+
+
 def state_label(state: str | None) -> str:
     """Markdown for a run state, e.g. ':green[:material/play_circle: running]'."""
     color, icon = STATE_STYLE.get(state or "", ("gray", "help"))

@@ -34,7 +34,8 @@ class Child:
     never at the same time.
 
     kind: "engine" or "blog" (training steps), "engine-eval" or "blog-eval" (a whole test set).
-    spec: EngineTrainer settings (hidden_size, batch_size, log_interval) and eval_dataset.
+    spec: EngineTrainer settings (hidden_size, batch_size, log_interval), the training `dataset` (default
+    mnist-sample) and eval_dataset.
     """
 
     def __init__(self, kind: str, device: torch.device, *, tuned: bool, spec: dict | None = None):
@@ -111,7 +112,7 @@ def minor_faults() -> int:
 def make_side(kind: str, device: torch.device, spec: dict) -> Trainer | EngineEvaluator | BlogEvaluator:
     """The trainer or evaluator a child of this kind serves, on its dataset."""
     if kind in ("engine", "blog"):
-        ds = load_dataset("mnist-sample", download=False)
+        ds = load_dataset(spec.get("dataset") or "mnist-sample", download=False)
         if kind == "engine":
             return EngineTrainer(ds.train_x, ds.train_y, device, hidden_size=spec.get("hidden_size"),
                                  batch_size=spec.get("batch_size"), log_interval=spec.get("log_interval"))

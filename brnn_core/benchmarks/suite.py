@@ -10,6 +10,10 @@ Benchmarks (pick with --only):
   predict  280x280 RGBA canvas -> probabilities with inference.Predictor: median and p95 latency
   scaling  throughput vs batch size, hidden size, threads and eval batch; where a step's time goes
   memory   the worker's peak RSS; on CUDA also torch.cuda.max_memory_allocated
+  defaults `python -m brnn_core train` with default settings vs the blog loop, full Fashion-MNIST epochs
+  concurrent  two default CLI runs at once vs one alone: summed samples/s, neither starving
+  dashboard   a run started from the Train page while Chromium streams it vs the same run from the CLI
+  history     N runs in the folder (100, 1,000, 5,000): runs_table, each page's rerun, a Predict stroke
 
 Comparisons are measured alternately (A B A B ...) in one process so that a machine whose load
 changes affects both sides alike; each row reports the median and the range over repetitions.
@@ -34,6 +38,8 @@ import torch
 from ..allocator import tune_malloc
 from ..config import TrainConfig, cpu_threads, device_problem, resolve_device
 from ..machine import machine_info
+from .bench_dashboard import bench_dashboard, bench_history
+from .bench_defaults import bench_concurrent, bench_defaults
 from .bench_eval import bench_eval
 from .bench_predict import bench_predict
 from .bench_scaling import bench_scaling
@@ -44,10 +50,12 @@ from .context import Context, Sizes
 from .results import clean_rows, format_table, write_results
 from .rows import Row
 
-BENCHES = ("train", "amp", "worker", "eval", "predict", "scaling", "memory")
+BENCHES = ("train", "amp", "worker", "eval", "predict", "scaling", "memory", "defaults", "concurrent", "dashboard",
+           "history")
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "train": bench_train, "amp": bench_amp, "worker": bench_worker, "eval": bench_eval,
-    "predict": bench_predict, "scaling": bench_scaling, "memory": bench_memory,
+    "predict": bench_predict, "scaling": bench_scaling, "memory": bench_memory, "defaults": bench_defaults,
+    "concurrent": bench_concurrent, "dashboard": bench_dashboard, "history": bench_history,
 }
 
 

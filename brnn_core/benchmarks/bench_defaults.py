@@ -1,0 +1,115 @@
+"""The *defaults* and *concurrent* rows: what a user gets without touching a setting (issue 12).
+
+*defaults*: `python -m brnn_core train --set dataset=D --set epochs=1` exactly as a user types it (no
+thread settings) against the blog loop training the same epoch in a plain Python process, alternated,
+full Fashion-MNIST when on disk. *concurrent*: two such CLI runs started together (as a sweep runs
+trials) against one alone: their summed samples/s, and the slower one's share (neither may starve).
+
+A CLI run's throughput is timed from its metrics.csv (elapsed_s between its first logged step and the
+last one of the epoch), so interpreter start-up, data loading, validation and the test report are
+left out, as they are for the blog loop, whose timed part is its training loop only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from ..config import TrainConfig
+from ..data import DatasetError
+from ..runs import Run, list_runs
+from ..threads import USER_WAIT_VARS
+from .bench_worker import worker_window
+from .child import CHECKOUT, Child
+from .context import Context
+from .rows import Row, alternate, median, ratio_row, throughput_row
+
+
+def dataset_for(ctx: Context) -> tuple[str, int]:
+    """(dataset, its training-set size): fashion-mnist when on disk (mnist-sample with --quick or without it)."""
+    if not ctx.sizes.quick_data:
+        try:
+            return "fashion-mnist", len(ctx.dataset("fashion-mnist").train_y)
+        except DatasetError as exc:
+            ctx.log(f"fashion-mnist not available ({str(exc)[:80]}...): using mnist-sample")
+    return "mnist-sample", len(ctx.dataset("mnist-sample").train_y)
+
+
+def default_env() -> dict[str, str]:
+    """This environment as a user's shell would have it: without thread settings a bench option may have added."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "BRNN_OPENMP_ENV")}
+    if os.environ.get("BRNN_OPENMP_ADDED"):  # ours, not the user's: the CLI adds them itself
+        env = {k: v for k, v in env.items() if k not in USER_WAIT_VARS and k != "BRNN_OPENMP_ADDED"}
+    return {**env, "BRNN_PROGRESS": "plain", "PYTHONUNBUFFERED": "1"}
+
+
+def start_cli(runs_dir: Path, dataset: str, seed: int = 0) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "brnn_core", "train", "--runs-dir", str(runs_dir), "--set", f"dataset={dataset}",
+           "--set", "epochs=1", "--set", f"seed={seed}", "--set", "device=cpu"]
+    return subprocess.Popen(cmd, cwd=CHECKOUT, env=default_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def cli_throughput(run: Run, n_images: int) -> float:
+    """Images per second between the run's first logged step and the last one of its epoch (metrics.csv)."""
+    cfg = TrainConfig.from_dict(run.config()["train"])
+    first, last, samples = worker_window(cfg, n_images)
+    train = run.metrics().query("split == 'train'").set_index("step")
+    return samples / float(train.loc[last, "elapsed_s"] - train.loc[first, "elapsed_s"])
+
+
+def cli_runs(runs_dir: Path, dataset: str, n_images: int, together: int = 1) -> list[float]:
+    """`together` CLI runs started at once; each one's throughput."""
+    before = {r.id for r in list_runs(runs_dir)}
+    procs = [start_cli(runs_dir, dataset, seed=i) for i in range(together)]
+    errors = [p.communicate(timeout=3600)[1] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"a CLI training run failed: {[e[-600:] for e in errors if e]}")
+    runs = [r for r in list_runs(runs_dir) if r.id not in before]
+    return [cli_throughput(r, n_images) for r in runs]
+
+
+def bench_defaults(ctx: Context) -> list[Row]:
+    dataset, n_images = dataset_for(ctx)
+    runs_dir = ctx.workdir / "defaults-runs"
+    cfg = TrainConfig()
+    steps = -(-(n_images - round(n_images * cfg.val_fraction)) // cfg.batch_size)  # an epoch, as the CLI trains
+    blog = Child("blog", ctx.device, tuned=False, spec={"dataset": dataset})
+    try:
+        blog.call("train", steps=5)  # warm-up
+        res = alternate({"cli": lambda: cli_runs(runs_dir, dataset, n_images)[0],
+                         "blog": lambda: blog.samples_per_s(steps)}, ctx.sizes.default_reps, ctx.log, "defaults ")
+    finally:
+        blog.close()
+    what = f"1 epoch of {dataset} ({steps} steps of 100)"
+    return [throughput_row("defaults", "CLI, default settings", res["cli"],
+                           f"python -m brnn_core train, {what}; no thread settings ({os.cpu_count()} cores)"),
+            throughput_row("defaults", "blog loop, plain process", res["blog"], f"{what}; torch's own threads"),
+            ratio_row("defaults", "CLI defaults / blog loop", res["cli"], res["blog"], target=1.1,
+                      note="alternated, back to back")]
+
+
+def bench_concurrent(ctx: Context) -> list[Row]:
+    dataset, n_images = dataset_for(ctx)
+    runs_dir = ctx.workdir / "concurrent-runs"
+    alone: list[float] = []
+    pairs: list[list[float]] = []
+    for r in range(ctx.sizes.concurrent_reps):
+        alone.append(cli_runs(runs_dir, dataset, n_images)[0])
+        pairs.append(cli_runs(runs_dir, dataset, n_images, together=2))
+        ctx.log(f"concurrent round {r + 1}: alone {alone[-1]:,.0f}, together "
+                f"{' + '.join(f'{v:,.0f}' for v in pairs[-1])} samples/s")
+    total = [sum(p) for p in pairs]
+    fair = [min(p) / max(p) for p in pairs]
+    threads = torch.get_num_threads()
+    return [throughput_row("concurrent", "one CLI run alone", alone, f"1 epoch of {dataset}, default settings"),
+            throughput_row("concurrent", "two CLI runs at once, summed", total,
+                           "started together; each re-plans its threads (threads.py)"),
+            ratio_row("concurrent", "two at once / one alone", total, alone, target=1.0),
+            Row("concurrent", "slower / faster of the two", "ratio", median(fair), "x", min(fair), max(fair),
+                len(fair), ">= 0.7", "yes" if median(fair) >= 0.7 else "no",
+                f"neither starves (bench process: {threads} thread(s))")]
