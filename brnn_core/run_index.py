@@ -43,10 +43,16 @@ class ValSummary:
 
 @dataclass
 class Entry:
-    signature: Signature
+    files: Signature  # of config.json, status.json, metrics.csv when read
+    dirs: tuple[int | None, int | None]  # mtime_ns of the run folder and of its checkpoints/ folder
     config: dict
     raw_status: dict
     metrics: ValSummary
+    checkpoints: tuple[bool, bool]  # best.pt, last.pt exist
+
+    @property
+    def active(self) -> bool:
+        return self.raw_status.get("state") in ACTIVE_STATES
 
 
 def _number(text: str) -> float:
@@ -110,6 +116,13 @@ def _signature(path: Path) -> Signature:
     return tuple(out)
 
 
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
 def _read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
@@ -118,46 +131,90 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def read_entry(path: Path, signature: Signature) -> Entry:
+def _checkpoints(path: Path) -> tuple[bool, bool]:
+    return (path / "checkpoints" / "best.pt").is_file(), (path / "checkpoints" / "last.pt").is_file()
+
+
+def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
     lines, _ = read_complete_lines(path / "metrics.csv")
-    return Entry(signature, _read_json(path / "config.json"), _read_json(path / "status.json"), val_summary(lines))
+    return Entry(files, dirs, _read_json(path / "config.json"), _read_json(path / "status.json"), val_summary(lines),
+                 _checkpoints(path))
 
 
 class RunIndex:
     """The runs in one folder, newest first, with what tables and pickers show; thread-safe.
 
-    Every call rescans the folder (a new or deleted run shows at once) and re-reads only the runs whose
-    config.json, status.json or metrics.csv changed since the last call."""
+    Every call rescans the folder (a new or deleted run shows at once). A run that has ended costs two
+    `stat` calls: its folder's and its checkpoints/ folder's mtime, which every change to it moves (files
+    there are only ever replaced by a rename, and metrics.csv is only appended to by a live worker, whose
+    run is active). An active run's three files are checked each time. Only what changed is read again."""
 
     def __init__(self, runs_dir: Path | str):
         self.runs_dir = Path(runs_dir)
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
         self.reads = 0  # runs (re)read from disk so far: how tests and the bench see the cache work
+        self._generation = 0  # goes up whenever a run was added, re-read or removed
+        self._memo: dict[str, tuple[int, object]] = {}  # name -> (generation, result) of results built from it
         self._frames = MetricsCache()
+
+    def _current(self, name: str, path: Path, dir_mtime: int | None) -> Entry | None:
+        """The run's entry, read again if it changed (None: not a complete run)."""
+        entry = self._entries.get(name)
+        dirs = (dir_mtime, _mtime(path / "checkpoints"))
+        if entry is not None and not entry.active and entry.dirs == dirs:
+            return entry
+        files = _signature(path)
+        if files[0] is None:  # no config.json: not a run (yet)
+            return None
+        if entry is not None and entry.files == files:
+            if entry.dirs != dirs:  # a checkpoint or report.json was written: the summary stands
+                entry.dirs, entry.checkpoints = dirs, _checkpoints(path)
+                self._generation += 1
+            return entry
+        self.reads += 1
+        self._generation += 1
+        entry = self._entries[name] = read_entry(path, files, dirs)
+        return entry
 
     def refresh(self) -> list[tuple[str, Entry]]:
         """(run id, entry) for every complete run, newest first."""
+        found: list[tuple[str, int | None]] = []
         try:
             with os.scandir(self.runs_dir) as it:
-                names = [e.name for e in it if not e.name.startswith(".") and e.is_dir()]
+                for e in it:
+                    if not e.name.startswith(".") and e.is_dir():
+                        try:
+                            found.append((e.name, e.stat().st_mtime_ns))
+                        except OSError:  # deleted meanwhile
+                            continue
         except (FileNotFoundError, NotADirectoryError):
-            names = []
+            pass
         out = []
         with self._lock:
-            for name in sorted(names, reverse=True):
-                path = self.runs_dir / name
-                sig = _signature(path)
-                if sig[0] is None:  # no config.json: not a run (yet)
-                    continue
-                entry = self._entries.get(name)
-                if entry is None or entry.signature != sig:
-                    entry = self._entries[name] = read_entry(path, sig)
-                    self.reads += 1
-                out.append((name, entry))
-            for gone in set(self._entries) - {name for name, _ in out}:
-                del self._entries[gone]
+            for name, dir_mtime in sorted(found, reverse=True):
+                entry = self._current(name, self.runs_dir / name, dir_mtime)
+                if entry is not None:
+                    out.append((name, entry))
+            gone = set(self._entries) - {name for name, _ in out}
+            for name in gone:
+                del self._entries[name]
+            self._generation += bool(gone)
         return out
+
+    def _memoised(self, name: str, entries: list[tuple[str, Entry]], build):
+        """build(entries), reused while no run changed; never kept while a run is active (its duration grows
+        and its worker may die without a file changing)."""
+        with self._lock:
+            generation = self._generation
+            hit = self._memo.get(name)
+        if hit is not None and hit[0] == generation:
+            return hit[1]
+        result = build(entries)
+        if not any(e.active for _, e in entries):
+            with self._lock:
+                self._memo[name] = (generation, result)
+        return result
 
     def runs(self) -> list[Run]:
         return [Run(self.runs_dir / name) for name, _ in self.refresh()]
@@ -167,10 +224,13 @@ class RunIndex:
         return {name: true_status(dict(entry.raw_status)) for name, entry in self.refresh()}
 
     def table(self) -> pd.DataFrame:
-        now = time.time()
-        rows = [summary_row(name, e.config, true_status(dict(e.raw_status)), e.metrics, now)
-                for name, e in self.refresh()]
-        return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+        """The runs table (SUMMARY_COLUMNS), newest first. Shared between callers: do not modify it."""
+        def build(entries) -> pd.DataFrame:
+            now = time.time()
+            rows = [summary_row(name, e.config, true_status(dict(e.raw_status)), e.metrics, now) for name, e in entries]
+            return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+        return self._memoised("table", self.refresh(), build)
 
     def metrics(self, run_id: str) -> pd.DataFrame:
         """One run's whole metrics.csv (shared between callers: do not modify it)."""
@@ -178,15 +238,18 @@ class RunIndex:
 
     def checkpoint_choices(self) -> list[CheckpointChoice]:
         """Every run's best.pt and last.pt, highest validation accuracy first (best before last on a tie)."""
-        choices = []
-        for name, entry in self.refresh():
-            run = Run(self.runs_dir / name)
-            for path, kind, acc in ((run.best_ckpt, "best", entry.metrics.acc_at_best_loss),
-                                    (run.last_ckpt, "last", entry.metrics.last_val_acc)):
-                if path.is_file():
-                    choices.append(CheckpointChoice(name, kind, path, acc))
-        score = lambda c: (c.val_acc if c.val_acc is not None else -1.0) + (0.001 if c.kind == "best" else 0.0)
-        return sorted(choices, key=score, reverse=True)
+        def build(entries) -> list[CheckpointChoice]:
+            choices = []
+            for name, entry in entries:
+                ckpt_dir = self.runs_dir / name / "checkpoints"
+                for exists, kind, acc in ((entry.checkpoints[0], "best", entry.metrics.acc_at_best_loss),
+                                          (entry.checkpoints[1], "last", entry.metrics.last_val_acc)):
+                    if exists:
+                        choices.append(CheckpointChoice(name, kind, ckpt_dir / f"{kind}.pt", acc))
+            score = lambda c: (c.val_acc if c.val_acc is not None else -1.0) + (0.001 if c.kind == "best" else 0.0)
+            return sorted(choices, key=score, reverse=True)
+
+        return list(self._memoised("checkpoints", self.refresh(), build))
 
 
 class MetricsCache:

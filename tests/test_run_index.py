@@ -1,0 +1,119 @@
+"""RunIndex: every run read once, and again only when its files change; the same answers as reading afresh."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psutil
+import pytest
+from helpers import copy_run, fake_finished_run
+
+from brnn_core.run_index import RunIndex, val_summary
+from brnn_core.runs import METRIC_COLUMNS, Run, checkpoint_choices, delete_run, summary
+
+
+def three_runs(runs_dir) -> list[Run]:
+    base = fake_finished_run(runs_dir)
+    return [copy_run(base, runs_dir, f"2026010{i}-000000-mnist-sample-000{i}") for i in (1, 2)] + [base]
+
+
+def test_table_matches_reading_every_run_afresh(runs_dir):
+    runs = three_runs(runs_dir)
+    table = RunIndex(runs_dir).table()
+    assert list(table["run_id"]) == sorted((r.id for r in runs), reverse=True)  # newest first
+    for run in runs:
+        row = table.set_index("run_id").loc[run.id].to_dict()
+        fresh = summary(run)
+        assert {k: v for k, v in row.items() if k != "duration_s"} == \
+            {k: v for k, v in fresh.items() if k not in ("duration_s", "run_id")}
+        assert row["best_val_acc"] == pytest.approx(0.3) and row["state"] == "finished"
+
+
+def test_runs_are_read_again_only_when_their_files_change(runs_dir):
+    runs = three_runs(runs_dir)
+    index = RunIndex(runs_dir)
+    index.table()
+    assert index.reads == 3
+    for _ in range(3):
+        index.table()
+        index.checkpoint_choices()
+        index.statuses()
+    assert index.reads == 3  # nothing changed: nothing read
+
+    runs[0].write_status(state="stopped", message="stopped at step 8")  # e.g. another tool rewrote it
+    assert index.statuses()[runs[0].id]["state"] == "stopped" and index.reads == 4
+    assert index.table().set_index("run_id").loc[runs[0].id, "state"] == "stopped"
+
+    new = copy_run(runs[1], runs_dir, "20270101-000000-mnist-sample-ffff")
+    assert index.table()["run_id"].iloc[0] == new.id and index.reads == 5
+    delete_run(runs_dir, runs[2].id)
+    assert runs[2].id not in set(index.table()["run_id"]) and index.reads == 5
+
+
+def test_checkpoints_written_or_pruned_show_without_reading_the_run_again(runs_dir):
+    runs = three_runs(runs_dir)
+    index = RunIndex(runs_dir)
+    before = index.checkpoint_choices()
+    assert {(c.run_id, c.kind) for c in before} == {(r.id, "best") for r in runs}
+    assert before == checkpoint_choices(runs_dir)  # the uncached function agrees
+    os.link(runs[0].best_ckpt, runs[0].last_ckpt)  # a last.pt appears
+    runs[1].best_ckpt.unlink()  # a sweep prunes a trial's checkpoint
+    after = {(c.run_id, c.kind) for c in index.checkpoint_choices()}
+    assert after == {(runs[0].id, "best"), (runs[0].id, "last"), (runs[2].id, "best")}
+    assert index.reads == 3
+
+
+def test_a_live_run_is_followed_and_a_dead_worker_is_noticed_every_time(runs_dir):
+    run = fake_finished_run(runs_dir)
+    me = psutil.Process(os.getpid())
+    run.write_status(state="running", pid=me.pid, pid_started=me.create_time(), ended=None)
+    index = RunIndex(runs_dir)
+    assert index.statuses()[run.id]["state"] == "running"
+    run.log_metric(step=16, epoch=2, split="val", loss=1.5, accuracy=0.6)  # an append: the worker is training
+    assert index.table().set_index("run_id").loc[run.id, "best_val_acc"] == pytest.approx(0.6)
+    reads = index.reads
+    run.write_status(pid=2**22 + 12345, pid_started=1.0)  # its worker is gone (no such process)
+    assert index.statuses()[run.id]["state"] == "interrupted"
+    assert index.table().set_index("run_id").loc[run.id, "state"] == "interrupted"
+    assert index.reads == reads + 1
+
+
+def test_val_summary_reads_what_the_old_pandas_code_read():
+    header = ",".join(METRIC_COLUMNS)
+    lines = [header, "10,0.5,train,2.1,,0.01,900,1.0", "20,1,val,0.9,0.71,0.01,,2.0", "bad line",
+             "40,2,val,0.7,0.69,0.01,,4.0", "45,2.5,val,nan,,0.01,,4.5", "60,3,val,0.8,0.74,0.01,,6.0",
+             "60,3,test,0.75,0.72,,,7.0"]
+    s = val_summary(lines)
+    assert s.best_val_acc == 0.74 and s.acc_at_best_loss == 0.69 and s.test_acc == 0.72 and s.last_val_acc == 0.74
+    empty = val_summary([header])
+    assert empty.best_val_acc is None and empty.test_acc is None and empty.acc_at_best_loss is None
+    assert val_summary([header, "1,1,val,,,,,"]).last_val_acc is None  # no accuracy logged: none shown
+
+
+def test_shared_between_threads(runs_dir):
+    """Sessions share one index (st.cache_resource): reads from many threads while a run changes."""
+    runs = three_runs(runs_dir)
+    index = RunIndex(runs_dir)
+    errors: list[BaseException] = []
+    stop = time.monotonic() + 2.0
+
+    def reader() -> None:
+        try:
+            while time.monotonic() < stop:
+                assert len(index.table()) == 3 and len(index.checkpoint_choices()) == 3
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    step = 8
+    while time.monotonic() < stop:
+        step += 1
+        runs[0].write_status(step=step)
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert index.table().set_index("run_id").loc[runs[0].id, "step"] == step
