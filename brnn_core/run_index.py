@@ -28,7 +28,8 @@ from .runs import METRIC_COLUMNS, SUMMARY_COLUMNS, CheckpointChoice, Run, true_s
 from .states import ACTIVE_STATES
 
 FILES = ("config.json", "status.json", "metrics.csv")
-Signature = tuple[tuple[int, int] | None, ...]  # (mtime_ns, size) of FILES, None for a missing file
+Signature = tuple[tuple[int, int, int] | None, ...]  # (mtime_ns, size, inode) of FILES, None for a missing file
+SETTLE_NS = 1_000_000_000  # file times move in clock ticks (ms): a folder changed this recently is checked fully
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Entry:
     raw_status: dict
     metrics: ValSummary
     checkpoints: tuple[bool, bool]  # best.pt, last.pt exist
+    settled: bool = False  # nothing in it was newer than SETTLE_NS when read: a later change moves a signature
 
     @property
     def active(self) -> bool:
@@ -110,17 +112,27 @@ def _signature(path: Path) -> Signature:
     for name in FILES:
         try:
             st = os.stat(path / name)
-            out.append((st.st_mtime_ns, st.st_size))
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))  # a rewrite (rename) is a new inode
         except OSError:
             out.append(None)
     return tuple(out)
 
 
-def _mtime(path: Path) -> int | None:
+def _mtime(path: str) -> int | None:
     try:
         return os.stat(path).st_mtime_ns
     except OSError:
         return None
+
+
+def _settled(dirs: tuple, files: Signature) -> bool:
+    """True when nothing was written for SETTLE_NS: file times move in clock ticks and a rewrite may reuse the
+    inode, so two writes a few ms apart can leave the same signature; what changed that recently is re-read."""
+    newest = max([d or 0 for d in dirs] + [f[0] for f in files if f])
+    return _now_ns() - newest > SETTLE_NS
+
+
+_now_ns = time.time_ns  # the clock _settled reads (tests look at the folder "a while later")
 
 
 def _read_json(path: Path) -> dict:
@@ -147,7 +159,9 @@ class RunIndex:
     Every call rescans the folder (a new or deleted run shows at once). A run that has ended costs two
     `stat` calls: its folder's and its checkpoints/ folder's mtime, which every change to it moves (files
     there are only ever replaced by a rename, and metrics.csv is only appended to by a live worker, whose
-    run is active). An active run's three files are checked each time. Only what changed is read again."""
+    run is active). An active run has its three files checked by mtime, size and inode, and a run
+    written within the last second is read again (file times move in clock ticks and a rewrite may
+    reuse an inode, so two writes a few ms apart can look alike). Only what changed is read again."""
 
     def __init__(self, runs_dir: Path | str):
         self.runs_dir = Path(runs_dir)
@@ -158,42 +172,46 @@ class RunIndex:
         self._memo: dict[str, tuple[int, object]] = {}  # name -> (generation, result) of results built from it
         self._frames = MetricsCache()
 
-    def _current(self, name: str, path: Path, dir_mtime: int | None) -> Entry | None:
-        """The run's entry, read again if it changed (None: not a complete run)."""
+    def _current(self, name: str, where: str, dir_mtime: int | None) -> Entry | None:
+        """The run's entry, read again if it changed (None: not a complete run). `where` is its folder as a
+        string: this is the per-run cost of every rerun, and pathlib's objects cost more than the stat calls."""
         entry = self._entries.get(name)
-        dirs = (dir_mtime, _mtime(path / "checkpoints"))
-        if entry is not None and not entry.active and entry.dirs == dirs:
+        dirs = (dir_mtime, _mtime(where + "/checkpoints"))
+        if entry is not None and entry.settled and not entry.active and entry.dirs == dirs:
             return entry
+        path = Path(where)
         files = _signature(path)
         if files[0] is None:  # no config.json: not a run (yet)
             return None
-        if entry is not None and entry.files == files:
+        if entry is not None and entry.settled and entry.files == files:
             if entry.dirs != dirs:  # a checkpoint or report.json was written: the summary stands
                 entry.dirs, entry.checkpoints = dirs, _checkpoints(path)
+                entry.settled = _settled(dirs, files)
                 self._generation += 1
             return entry
         self.reads += 1
         self._generation += 1
         entry = self._entries[name] = read_entry(path, files, dirs)
+        entry.settled = _settled(dirs, files)
         return entry
 
     def refresh(self) -> list[tuple[str, Entry]]:
         """(run id, entry) for every complete run, newest first."""
-        found: list[tuple[str, int | None]] = []
+        found: list[tuple[str, str, int | None]] = []
         try:
             with os.scandir(self.runs_dir) as it:
                 for e in it:
                     if not e.name.startswith(".") and e.is_dir():
                         try:
-                            found.append((e.name, e.stat().st_mtime_ns))
+                            found.append((e.name, e.path, e.stat().st_mtime_ns))
                         except OSError:  # deleted meanwhile
                             continue
         except (FileNotFoundError, NotADirectoryError):
             pass
         out = []
         with self._lock:
-            for name, dir_mtime in sorted(found, reverse=True):
-                entry = self._current(name, self.runs_dir / name, dir_mtime)
+            for name, where, dir_mtime in sorted(found, reverse=True):
+                entry = self._current(name, where, dir_mtime)
                 if entry is not None:
                     out.append((name, entry))
             gone = set(self._entries) - {name for name, _ in out}
@@ -258,12 +276,12 @@ class MetricsCache:
     def __init__(self, max_runs: int = 16):
         self.max_runs = max_runs
         self._lock = threading.Lock()
-        self._frames: dict[Path, tuple[tuple[int, int] | None, pd.DataFrame]] = {}
+        self._frames: dict[Path, tuple[tuple[int, int, int] | None, pd.DataFrame]] = {}
 
     def metrics(self, run: Run) -> pd.DataFrame:
         try:
             st = os.stat(run.metrics_path)
-            sig = (st.st_mtime_ns, st.st_size)
+            sig = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             sig = None
         with self._lock:

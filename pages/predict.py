@@ -18,6 +18,7 @@ from ui.navigation import ensure_navigation
 ensure_navigation()
 
 MAX_UPLOAD_MB = 50
+PICKER_CHECKPOINTS = 200  # the best ones (by validation accuracy); hundreds of sweep trials would bury them
 runs_dir, _ = folders()
 st.title("Draw a digit")
 
@@ -29,12 +30,12 @@ def load_predictor(path: str, mtime: float) -> Predictor:
 
 
 def checkpoint_labels() -> dict[str, str]:
-    """label -> path for every saved checkpoint, best validation accuracy first (the default)."""
+    """label -> path for the saved checkpoints, best validation accuracy first (the default)."""
     def label(c) -> str:
         acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
         return f"{short_id(c.run_id)} · {c.kind}{acc}"
 
-    return {label(c): str(c.path) for c in run_index(runs_dir).checkpoint_choices()}
+    return {label(c): str(c.path) for c in run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]}
 
 
 choices = checkpoint_labels()

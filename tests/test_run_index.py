@@ -10,6 +10,7 @@ import psutil
 import pytest
 from helpers import copy_run, fake_finished_run
 
+from brnn_core import run_index
 from brnn_core.run_index import RunIndex, val_summary
 from brnn_core.runs import METRIC_COLUMNS, Run, checkpoint_choices, delete_run, summary
 
@@ -17,6 +18,13 @@ from brnn_core.runs import METRIC_COLUMNS, Run, checkpoint_choices, delete_run, 
 def three_runs(runs_dir) -> list[Run]:
     base = fake_finished_run(runs_dir)
     return [copy_run(base, runs_dir, f"2026010{i}-000000-mnist-sample-000{i}") for i in (1, 2)] + [base]
+
+
+@pytest.fixture
+def later(monkeypatch):
+    """The index looks at the folder a minute after every write (a history written a while ago): a run written
+    within the last second is read again on every call, since file times move in clock ticks."""
+    monkeypatch.setattr(run_index, "_now_ns", lambda: time.time_ns() + 60 * 10**9)
 
 
 def test_table_matches_reading_every_run_afresh(runs_dir):
@@ -31,7 +39,7 @@ def test_table_matches_reading_every_run_afresh(runs_dir):
         assert row["best_val_acc"] == pytest.approx(0.3) and row["state"] == "finished"
 
 
-def test_runs_are_read_again_only_when_their_files_change(runs_dir):
+def test_runs_are_read_again_only_when_their_files_change(runs_dir, later):
     runs = three_runs(runs_dir)
     index = RunIndex(runs_dir)
     index.table()
@@ -45,6 +53,7 @@ def test_runs_are_read_again_only_when_their_files_change(runs_dir):
     runs[0].write_status(state="stopped", message="stopped at step 8")  # e.g. another tool rewrote it
     assert index.statuses()[runs[0].id]["state"] == "stopped" and index.reads == 4
     assert index.table().set_index("run_id").loc[runs[0].id, "state"] == "stopped"
+    assert index.reads == 4
 
     new = copy_run(runs[1], runs_dir, "20270101-000000-mnist-sample-ffff")
     assert index.table()["run_id"].iloc[0] == new.id and index.reads == 5
@@ -52,7 +61,7 @@ def test_runs_are_read_again_only_when_their_files_change(runs_dir):
     assert runs[2].id not in set(index.table()["run_id"]) and index.reads == 5
 
 
-def test_checkpoints_written_or_pruned_show_without_reading_the_run_again(runs_dir):
+def test_checkpoints_written_or_pruned_show_without_reading_the_run_again(runs_dir, later):
     runs = three_runs(runs_dir)
     index = RunIndex(runs_dir)
     before = index.checkpoint_choices()
@@ -62,10 +71,10 @@ def test_checkpoints_written_or_pruned_show_without_reading_the_run_again(runs_d
     runs[1].best_ckpt.unlink()  # a sweep prunes a trial's checkpoint
     after = {(c.run_id, c.kind) for c in index.checkpoint_choices()}
     assert after == {(runs[0].id, "best"), (runs[0].id, "last"), (runs[2].id, "best")}
-    assert index.reads == 3
+    assert index.reads == 3  # only the checkpoints/ folders changed: the runs' files were not read again
 
 
-def test_a_live_run_is_followed_and_a_dead_worker_is_noticed_every_time(runs_dir):
+def test_a_live_run_is_followed_and_a_dead_worker_is_noticed_every_time(runs_dir, later):
     run = fake_finished_run(runs_dir)
     me = psutil.Process(os.getpid())
     run.write_status(state="running", pid=me.pid, pid_started=me.create_time(), ended=None)
@@ -78,6 +87,15 @@ def test_a_live_run_is_followed_and_a_dead_worker_is_noticed_every_time(runs_dir
     assert index.statuses()[run.id]["state"] == "interrupted"
     assert index.table().set_index("run_id").loc[run.id, "state"] == "interrupted"
     assert index.reads == reads + 1
+
+
+def test_a_run_written_within_the_last_second_is_read_on_every_call(runs_dir):
+    """Two rewrites a few ms apart can leave status.json with the same time, size and (reused) inode."""
+    three_runs(runs_dir)
+    index = RunIndex(runs_dir)
+    index.table()
+    index.table()
+    assert index.reads == 3 * 2  # just written, all of them: not trusted yet
 
 
 def test_val_summary_reads_what_the_old_pandas_code_read():

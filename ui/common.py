@@ -20,6 +20,9 @@ STATE_STYLE = {State.QUEUED: ("gray", "hourglass_empty"), State.LOADING: ("gray"
                State.DIVERGED: ("red", "trending_up"), State.INTERRUPTED: ("orange", "warning")}
 
 
+PICKER_RUNS = 200  # runs listed in the sidebar picker (newest first; the Runs page lists every run)
+
+
 def folders() -> tuple[Path, Path]:
     """Runs and data folders ($BRNN_RUNS_DIR, $BRNN_DATA_DIR; default ./runs and ./data)."""
     runs_dir = default_runs_dir()
@@ -100,8 +103,10 @@ def run_picker(runs_dir: Path, *, label: str = "Current run", key: str = "run_pi
     if not statuses:
         st.sidebar.caption("No runs yet.")
         return None
-    ids = list(statuses)
-    states = {i: s.get("state") for i, s in statuses.items()}
+    ids = list(statuses)[:PICKER_RUNS]  # a sweep's hundreds of runs: the newest here, all on the Runs page
+    if run and run.id in statuses and run.id not in ids:
+        ids.append(run.id)
+    states = {i: statuses[i].get("state") for i in ids}
     index = ids.index(run.id) if run and run.id in ids else 0
 
     def changed() -> None:
@@ -110,6 +115,8 @@ def run_picker(runs_dir: Path, *, label: str = "Current run", key: str = "run_pi
     st.session_state[key] = ids[index]
     st.sidebar.selectbox(label, ids, key=key, on_change=changed,
                          format_func=lambda i: f"{short_id(i)} · {states.get(i)}")
+    if len(statuses) > len(ids):
+        st.sidebar.caption(f"The newest {PICKER_RUNS} of {len(statuses):,} runs; the **Runs** page lists them all.")
     select_run(ids[index])
     return Run(runs_dir / ids[index])
 
