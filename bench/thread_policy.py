@@ -11,7 +11,7 @@ and GOMP_SPINCOUNT once, when torch loads it:
   2            2 threads, libgomp's default wait policy (spin ~300k iterations at a barrier, then sleep)
   2-passive    2 threads, OMP_WAIT_POLICY=PASSIVE (sleep at once at a barrier)
   2-spin1k     2 threads, GOMP_SPINCOUNT=1000 (spin briefly, then sleep)
-  2-spin10k    2 threads, GOMP_SPINCOUNT=10000
+  2-spin10k    2 threads, GOMP_SPINCOUNT=10000 (also 2-spin30k, 2-spin100k)
 
 Each *load* is what else runs meanwhile:
 
@@ -45,6 +45,8 @@ SETTINGS = {
     "2-passive": {"threads": 2, "env": {"OMP_WAIT_POLICY": "PASSIVE"}},
     "2-spin1k": {"threads": 2, "env": {"GOMP_SPINCOUNT": "1000"}},
     "2-spin10k": {"threads": 2, "env": {"GOMP_SPINCOUNT": "10000"}},
+    "2-spin30k": {"threads": 2, "env": {"GOMP_SPINCOUNT": "30000"}},
+    "2-spin100k": {"threads": 2, "env": {"GOMP_SPINCOUNT": "100000"}},
     "1-passive": {"threads": 1, "env": {"OMP_WAIT_POLICY": "PASSIVE"}},
 }
 LOADS = ("none", "spinner", "bursty", "twin")

@@ -27,14 +27,16 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
 # libgomp spins this many iterations at a barrier before it sleeps (its default: 300,000; PASSIVE: 0)
-OPENMP_ENV = {"GOMP_SPINCOUNT": "10000"}
+OPENMP_ENV = {"GOMP_SPINCOUNT": "1000"}
 USER_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # either one set by the user: leave both alone
 REPLAN_EVERY_S = 5.0
+FOREIGN_CORE = 0.6  # other programs using this much of a core take it (bench/README.md, "Threads")
+FIRST_SAMPLE_S = 0.25  # how long the first plan watches the machine before training starts
 
 
 def openmp_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -78,20 +80,55 @@ class ThreadPlan:
     why: str
 
 
-def plan_threads(requested: int, *, cores: int, others: list[Claim], env: Mapping[str, str]) -> ThreadPlan:
+def plan_threads(requested: int, *, cores: int, others: list[Claim], env: Mapping[str, str],
+                 busy: float = 0.0) -> ThreadPlan:
     """Threads for one training process: `requested` if above 0, OMP_NUM_THREADS if set, else a fair share.
 
-    The share: the cores not held by fixed claims, divided evenly between this process and the other
-    auto-planned ones (which re-plan the same way), at least one."""
+    The share: the cores neither held by fixed claims nor taken by other programs, divided evenly between
+    this process and the other auto-planned ones (which re-plan the same way), at least one. `busy` is the
+    CPU (in cores) everything but this process used lately; what the other claims do not explain is other
+    programs', and a core counts as taken once they use FOREIGN_CORE of it (a team of OpenMP threads waits
+    for its slowest member: one thread that shares a core with someone else slows them all)."""
     if requested > 0:
         return ThreadPlan(requested, False, f"cpu_threads={requested}")
     if env.get("OMP_NUM_THREADS"):
         return ThreadPlan(None, False, f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
     fixed = sum(c.threads for c in others if not c.auto)
     sharers = 1 + sum(1 for c in others if c.auto)
-    share = max(1, (cores - fixed) // sharers)
-    why = f"{share} of {cores} cores" + (f", shared with {len(others)} other training process(es)" if others else "")
+    foreign = max(0.0, busy - sum(c.threads for c in others))
+    taken = min(cores, int(foreign + 1 - FOREIGN_CORE))
+    share = max(1, (cores - fixed - taken) // sharers)
+    why = f"{share} of {cores} cores" + (f", shared with {len(others)} other training process(es)" if others else "") \
+        + (f", {taken} busy with other programs" if taken else "")
     return ThreadPlan(share, True, why)
+
+
+class CpuLoad:
+    """CPU time everything but this process used since the last call, in cores (Linux, macOS, Windows)."""
+
+    def __init__(self):
+        import psutil
+
+        self._me = psutil.Process()
+        self._last = self._sample()
+
+    def _sample(self) -> tuple[float, float, float]:
+        import psutil
+
+        t = psutil.cpu_times()
+        busy = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))  # not idle/iowait/steal
+        mine = self._me.cpu_times()
+        return busy, mine.user + mine.system, time.monotonic()
+
+    def others_cores(self, at_least_s: float = 0.0) -> float:
+        """Cores the rest of the machine kept busy since the previous call (waiting `at_least_s` if needed)."""
+        wait = at_least_s - (time.monotonic() - self._last[2])
+        if wait > 0:
+            time.sleep(wait)
+        now = self._sample()
+        busy, mine, wall = (a - b for a, b in zip(now, self._last, strict=True))
+        self._last = now
+        return max(0.0, busy - mine) / max(wall, 1e-3)
 
 
 def claims_dir() -> Path:
@@ -105,13 +142,14 @@ class CpuClaims:
     A claim whose process is gone (or whose pid was reused) is ignored and removed."""
 
     def __init__(self, requested: int, *, folder: Path | None = None, env: Mapping[str, str] = os.environ,
-                 cores: int | None = None):
+                 cores: int | None = None, busy: Callable[[float], float] | None = None):
         self.requested, self.env = requested, env
         self.cores = cores or os.cpu_count() or 1
         self.folder = folder or claims_dir()
         self.path = self.folder / str(os.getpid())
         self.plan: ThreadPlan | None = None
         self.planned_at = 0.0
+        self._busy = busy  # (at_least_s) -> cores the rest of the machine used lately; default: a CpuLoad
 
     def others(self) -> list[Claim]:
         import psutil
@@ -137,8 +175,12 @@ class CpuClaims:
         """Plan again (at most every REPLAN_EVERY_S unless forced), record the claim, and return the plan."""
         if self.plan is not None and not force and time.monotonic() - self.planned_at < REPLAN_EVERY_S:
             return self.plan
+        fixed = self.requested > 0 or bool(self.env.get("OMP_NUM_THREADS"))
+        if self._busy is None and not fixed:
+            self._busy = CpuLoad().others_cores
+        busy = 0.0 if fixed else self._busy(FIRST_SAMPLE_S if self.plan is None else 0.0)
         self.planned_at = time.monotonic()
-        plan = plan_threads(self.requested, cores=self.cores, others=self.others(), env=self.env)
+        plan = plan_threads(self.requested, cores=self.cores, others=self.others(), env=self.env, busy=busy)
         if plan != self.plan:
             self.plan = plan
             self._write(plan)

@@ -50,6 +50,7 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Pri
     import psutil
 
     me = psutil.Process(os.getpid())
+    threads_before = torch.get_num_threads()  # the run plans its own (threads.py); the caller's are given back
     run.write_status(state=State.LOADING, message="starting", pid=os.getpid(), pid_started=me.create_time(),
                      heartbeat=time.time(), started=run.raw_status().get("started") or time.time(), ended=None)
     try:
@@ -72,6 +73,7 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Pri
         return _fail(run, f"{type(exc).__name__}: {exc}")
     finally:
         release_claim()  # this process's share of the CPU (threads.py), if it took one
+        torch.set_num_threads(threads_before)
 
 
 def run_log_traceback(run: Run) -> None:

@@ -8,6 +8,7 @@ pyproject.toml puts the repository root and tests/ on sys.path (`pythonpath`), f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,16 @@ SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread():
     """One intra-op thread: these LSTMs are tiny, and two OpenMP threads on a 2-core machine that is also
-    running other work spin against each other. Subprocesses get OMP_NUM_THREADS=1 the same way."""
+    running other work spin against each other. Subprocesses get OMP_NUM_THREADS=1 the same way, and so do
+    runs trained in this process (brnn_core.threads keeps an explicit OMP_NUM_THREADS)."""
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
     with torch_threads(THREADS):
         yield
+    if before is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = before
 
 
 # ------------------------------------------------------------------ folders

@@ -38,6 +38,33 @@ def test_plan_threads(requested, cores, others, env, expected):
     assert plan.why  # shown in the run's config.json and events
 
 
+@pytest.mark.parametrize(("cores", "others", "busy", "expected"), [
+    (2, [], 0.3, 2),  # the dashboard and a browser streaming a run (about 0.3 cores): every core still
+    (2, [], 0.7, 1),  # someone else's test or training holds a core: a 2-thread team would wait on it
+    (2, [], 3.5, 1),  # a machine far busier than its cores: one thread, never none
+    (16, [], 4.2, 12),
+    (2, [Claim(2, AUTO)], 1.8, 1),  # what the other training run uses is its claim, not a foreign program
+    (16, [Claim(4, FIXED)], 6.0, 10),  # 4 claimed by a sweep trial, 2 by other programs
+])
+def test_plan_threads_leaves_cores_busy_with_other_programs(cores, others, busy, expected):
+    plan = plan_threads(0, cores=cores, others=others, env={}, busy=busy)
+    assert (plan.threads, plan.auto) == (expected, AUTO)
+    foreign = busy - sum(c.threads for c in others) >= threads.FOREIGN_CORE
+    assert ("busy with other programs" in plan.why) == foreign
+
+
+def test_cpu_load_sees_another_busy_process():
+    load = threads.CpuLoad()
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        load.others_cores()  # from here on
+        seen = load.others_cores(at_least_s=1.0)
+    finally:
+        stop_process(proc)
+    assert 0.5 < seen <= (psutil.cpu_count() or 1) + 0.1  # at least most of the core it burnt (more if the
+    # machine is busy with other work too), never more than the machine has
+
+
 def test_openmp_env_is_added_only_where_the_user_set_no_wait_policy():
     assert threads.openmp_env({}) == {**OPENMP_ENV, "BRNN_OPENMP_ADDED": ",".join(OPENMP_ENV)}
     assert threads.openmp_env({"OMP_WAIT_POLICY": "ACTIVE"}) == {}
@@ -103,7 +130,7 @@ def test_claims_of_other_live_processes_are_shared_and_stale_ones_dropped(tmp_pa
     write_claim(folder, 999_999_999, 4, True, started)  # no such process
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     write_claim(folder, int(dead.stdout), 4, True, started)  # exited (or its pid reused by another program)
-    claims = CpuClaims(0, folder=folder, env={}, cores=4)
+    claims = CpuClaims(0, folder=folder, env={}, cores=4, busy=lambda wait: 4.0)  # the other claim's 4 cores
     assert claims.others() == [Claim(4, True)]
     assert sorted(p.name for p in folder.iterdir()) == [str(other_process.pid)]  # stale claims removed
     plan = claims.replan(force=True)
@@ -116,7 +143,8 @@ def test_claims_of_other_live_processes_are_shared_and_stale_ones_dropped(tmp_pa
 
 def test_thread_keeper_follows_the_plan_between_steps(tmp_path, other_process):
     folder = tmp_path / "claims"
-    claims = CpuClaims(0, folder=folder, env={}, cores=4)
+    busy = {"cores": 0.0}  # what the rest of the machine uses: set by the test, not measured
+    claims = CpuClaims(0, folder=folder, env={}, cores=4, busy=lambda wait: busy["cores"])
     changes = []
     with torch_threads(1):
         keeper = ThreadKeeper(0, claims, on_change=lambda step, plan: changes.append((step, plan.threads)))
@@ -131,4 +159,8 @@ def test_thread_keeper_follows_the_plan_between_steps(tmp_path, other_process):
         claims.planned_at -= threads.REPLAN_EVERY_S
         hook(20)
         assert torch.get_num_threads() == 4 and changes == [(12, 2), (20, 4)]  # it left: all of them again
+        busy["cores"] = 1.0  # another program takes a core
+        claims.planned_at -= threads.REPLAN_EVERY_S
+        hook(30)
+        assert torch.get_num_threads() == 3 and changes[-1] == (30, 3)
     claims.release()
