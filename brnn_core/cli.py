@@ -1,4 +1,4 @@
-"""Command line: `python -m brnn_core train | evaluate | predict | bench`.
+"""Command line: `python -m brnn_core train | evaluate | predict | sweep | bench`.
 
 Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failure.
 """
@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--top", type=int, default=3)
     pr.set_defaults(func=cmd_predict)
 
+    from .sweep.cli import add_parser as add_sweep_parser
+
+    add_sweep_parser(sub)
+
     bench = sub.add_parser("bench", help="benchmark suite (see bench/README)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)
@@ -145,7 +149,8 @@ def ensure_dataset(name: str, data_dir: Path) -> None:
         print()
 
 
-def load_train_config(args, data_dir: Path) -> TrainConfig:
+def load_train_config(args, data_dir: Path, *, check_device: bool = True) -> TrainConfig:
+    """--config, then --set on top; the dataset defaults to full MNIST when it is on disk (sweep reuses this)."""
     values: dict = {}
     if args.config:
         values.update(TrainConfig.from_file(args.config, check_device=False).to_dict())
@@ -155,7 +160,7 @@ def load_train_config(args, data_dir: Path) -> TrainConfig:
 
         values["dataset"] = default_dataset(data_dir)
     values.update(overrides)
-    return TrainConfig.from_dict(values)
+    return TrainConfig.from_dict(values, check_device=check_device)
 
 
 class ProgressPrinter:

@@ -47,6 +47,7 @@ class Controller:
         self.size = -1
         self.paused = False
         self.stop_requested = False
+        self.stop_reason: dict | None = None  # {"source", "reason"} when a scheduler (not a user) asked
         self.step = 0
         self.last_beat = 0.0
 
@@ -94,8 +95,12 @@ class Controller:
             self.run.log_event("resume", f"resumed at step {self.step}", step=self.step, command=cid)
         elif cmd == "stop":
             self.stop_requested = True
+            if command.get("source"):
+                self.stop_reason = {"source": command["source"], "reason": command.get("reason")}
             self._state(State.STOPPING, f"stopping at step {self.step}: saving a checkpoint")
-            self.run.log_event("stop", f"stop requested at step {self.step}", step=self.step, command=cid)
+            self.run.log_event("stop", f"stop requested at step {self.step}"
+                               + (f" by {command['source']}: {command.get('reason')}" if command.get("source") else ""),
+                               step=self.step, command=cid)
         elif cmd == "set":
             self.apply_set(command.get("field"), command.get("value"), cid)
         else:

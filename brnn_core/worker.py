@@ -43,15 +43,21 @@ def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
 
 
 def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Printer | None = None,
-                 after_epoch: Callable[[int, dict], None] | None = None) -> str:
-    """Train the run described by run/config.json in this process; returns the final state."""
+                 after_epoch: Callable[[int, dict], None] | None = None, resume_from: Path | None = None,
+                 before_start: Callable[[Controller], None] | None = None) -> str:
+    """Train the run described by run/config.json in this process; returns the final state.
+
+    `resume_from` continues from another checkpoint than the run's own last.pt (a PBT trial taking a
+    better trial's weights); `before_start(controller)` runs once restored, before the first step
+    (where PBT applies its new lr: the restored optimizer state brought back the old one)."""
     import psutil
 
     me = psutil.Process(os.getpid())
     run.write_status(state=State.LOADING, message="starting", pid=os.getpid(), pid_started=me.create_time(),
                      heartbeat=time.time(), started=run.raw_status().get("started") or time.time(), ended=None)
     try:
-        return _train(run, data_dir, resume, printer or (lambda kind, info: None), after_epoch)
+        return _train(run, data_dir, resume, printer or (lambda kind, info: None), after_epoch,
+                      resume_from=resume_from, before_start=before_start)
     except KeyboardInterrupt:
         run.log_event("stop", "interrupted from the keyboard")
         run.write_status(state=State.INTERRUPTED, message="interrupted from the keyboard", ended=time.time())
@@ -128,17 +134,19 @@ def load_splits(cfg: TrainConfig, data_dir: Path, device: torch.device, progress
     return Splits(*(t.to(device) for t in tensors), classes=ds.classes, source=ds.source)
 
 
-def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings: dict) -> Position:
-    """Continue from the run's last.pt: weights, optimizer state, live settings; returns where it was."""
-    if not run.last_ckpt.is_file():
+def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings: dict,
+            source: Path | None = None) -> Position:
+    """Continue from the run's last.pt (or `source`): weights, optimizer state, live settings; returns where."""
+    if source is None and not run.last_ckpt.is_file():
         run.log_event("resume", "no checkpoint was saved yet: starting again from step 0", step=0)
         run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])
         return Position()
-    ckpt = load_checkpoint(run.last_ckpt)
+    path = source or run.last_ckpt
+    ckpt = load_checkpoint(path)
     try:  # a last.pt of another architecture: name the layers and shapes, not torch's raw error
         check_state_matches(model.state_dict(), ckpt.model_state)
     except CheckpointError as exc:
-        raise CheckpointError(f"{run.last_ckpt} does not belong to this run: {exc}") from None
+        raise CheckpointError(f"{path} does not belong to this run: {exc}") from None
     model.load_state_dict(ckpt.model_state)
     if ckpt.optimizer_state:
         optimizer.load_state_dict(ckpt.optimizer_state)
@@ -148,14 +156,16 @@ def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings:
     best_val = load_checkpoint(run.best_ckpt).metrics.get("val_loss", math.inf) if run.best_ckpt.is_file() \
         else math.inf
     dropped = drop_metrics_after(run, ckpt.step)
-    run.log_event("resume", f"resumed from last.pt at epoch {ckpt.epoch}, step {ckpt.step}"
+    run.log_event("resume", f"resumed from {'last.pt' if source is None else source} at epoch {ckpt.epoch}, "
+                            f"step {ckpt.step}"
                   + (f" ({dropped} metric rows logged after that checkpoint were dropped)" if dropped else ""),
                   step=ckpt.step)
     return Position(ckpt.epoch, ckpt.batch_in_epoch, ckpt.step, best_val)
 
 
 def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
-           after_epoch: Callable[[int, dict], None] | None) -> str:
+           after_epoch: Callable[[int, dict], None] | None, *, resume_from: Path | None = None,
+           before_start: Callable[[Controller], None] | None = None) -> str:
     config = run.config()
     cfg = TrainConfig.from_dict(config.get("train", {}))
     device = prepare_device(cfg)
@@ -168,7 +178,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
-    start = restore(run, model, optimizer, settings) if resume else Position()
+    start = restore(run, model, optimizer, settings, resume_from) if resume else Position()
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   classes=splits.classes, data_source=splits.source)
     atomic_write_json(run.config_path, config)
@@ -176,7 +186,9 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
                         steps_per_epoch=math.ceil(len(splits.train_y) / cfg.batch_size), printer=printer,
                         after_epoch=after_epoch)
     controller = Controller(run, optimizer, settings, status_extra=recorder.status_extra)
-    _begin(run, recorder, controller, device, splits)
+    _begin(run, recorder, controller, device, splits, fresh_last=resume_from is not None)
+    if before_start is not None:
+        before_start(controller)
     result = fit(model, optimizer, splits.train_x, splits.train_y, splits.val_x, splits.val_y, epochs=cfg.epochs,
                  batch_size=cfg.batch_size, seed=cfg.seed, log_interval=cfg.log_interval,
                  eval_batch_size=cfg.eval_batch_size, amp=cfg.amp, start_epoch=start.epoch,
@@ -185,16 +197,17 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     if result.state == State.DIVERGED:
         return end_diverged(run, cfg, settings, result)
     if result.state == State.STOPPED:
-        return end_stopped(run, recorder, result)
+        return end_stopped(run, recorder, result, controller.stop_reason)
     return end_finished(run, recorder, cfg, splits, result)
 
 
-def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.device, splits: Splits) -> None:
+def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.device, splits: Splits,
+           fresh_last: bool = False) -> None:
     """Apply commands sent before the worker ran, make sure a last.pt exists, and say training started."""
     step = recorder.position.step
     controller.step = step
     controller.poll()  # commands sent while no worker ran, e.g. `set epochs` before a resume
-    if not run.last_ckpt.is_file():
+    if fresh_last or not run.last_ckpt.is_file():  # fresh_last: restored from elsewhere, last.pt is now stale
         recorder.save_last()  # from now on a killed run always has a last.pt to resume
     run.write_status(state=State.RUNNING, message=f"training on {device_name(device)}", step=step,
                      **recorder.status_extra())
@@ -223,15 +236,20 @@ def end_diverged(run: Run, cfg: TrainConfig, settings: dict, result: FitResult) 
     return State.DIVERGED
 
 
-def end_stopped(run: Run, recorder: Recorder, result: FitResult) -> str:
-    """Stopped on request: save where it stands so a resume continues from exactly here."""
+def end_stopped(run: Run, recorder: Recorder, result: FitResult, reason: dict | None = None) -> str:
+    """Stopped on request: save where it stands so a resume continues from exactly here.
+
+    `reason` comes with a stop a scheduler sent ({"source": "asha", "reason": "..."}): it is the message."""
     recorder.position.epoch, recorder.position.batch = result.epoch, result.batch_in_epoch
     recorder.position.step = result.step
     recorder.save_last()
-    run.log_event("stopped", f"stopped at step {result.step}; last.pt saved, resume continues from here",
-                  step=result.step)
-    run.write_status(state=State.STOPPED, message=f"stopped at step {result.step}, checkpoint saved",
-                     ended=time.time(), step=result.step, **recorder.status_extra())
+    why = f"{reason['reason']}; " if reason and reason.get("reason") else ""
+    run.log_event("stopped", f"{why}stopped at step {result.step}; last.pt saved, resume continues from here",
+                  step=result.step, **({"source": reason.get("source")} if reason else {}))
+    said = f"{reason['reason']} (step {result.step})" if why else f"stopped at step {result.step}, checkpoint saved"
+    run.write_status(state=State.STOPPED, message=said,
+                     ended=time.time(), step=result.step, stopped_by=(reason or {}).get("source"),
+                     **recorder.status_extra())
     return State.STOPPED
 
 
