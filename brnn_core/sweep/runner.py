@@ -42,7 +42,10 @@ EXIT = {State.FINISHED: 0, State.STOPPED: 0, State.FAILED: 1, State.INTERRUPTED:
 
 
 def is_loopback(address: str | None) -> bool:
-    host = (address or "127.0.0.1").rpartition(":")[0] or address or ""
+    """True for no address (an embedded Ray) and for HOST:PORT on this machine's loopback."""
+    if address is None:
+        return True
+    host = address.rpartition(":")[0] if ":" in address else address
     return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
 
 

@@ -134,6 +134,8 @@ class SweepCallback(Callback):
         self.printer(f"stopping: {len(busy)} trial(s) save last.pt and end; no new trial starts")
 
     def on_trial_start(self, iteration, trials, trial, **info):
+        if self.control.stop_requested():
+            return  # Tune may still hand a pending trial to an idle worker: the trial sees the stop and returns
         sweep = self.control.sweep
         run_id = trial_run_id(sweep.id, trial.trial_id)
         known = sweep.raw().get("trials") or []
