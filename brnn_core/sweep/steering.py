@@ -140,7 +140,7 @@ class SweepCallback(Callback):
         run_id = trial_run_id(sweep.id, trial.trial_id)
         known = sweep.raw().get("trials") or []
         if run_id not in known:
-            sweep.write(trials=[*known, run_id])
+            sweep.write(trials=sorted([*known, run_id], key=lambda r: (len(r), r)))  # t9 before t10
             values = ", ".join(f"{k}={_fmt(v)}" for k, v in trial.config.items())
             self.printer(f"{trial_number(run_id)} started: {values}")
 
