@@ -55,6 +55,9 @@ if path is None:
         st.info("No checkpoint yet. Train a model on the **Train** page (the defaults take about a minute on a "
                 "CPU), or upload a checkpoint in the sidebar.")
         st.stop()
+    wanted = st.session_state.pop("predict_checkpoint", None)  # "Open best in Predict" on the Sweep page
+    if wanted in choices.values():
+        st.session_state["ckpt_choice"] = next(label for label, p in choices.items() if p == wanted)
     label = side.selectbox("Run checkpoint", list(choices), key="ckpt_choice")
     path = choices[label]
 

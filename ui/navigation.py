@@ -5,8 +5,11 @@ starts every server in its classic multipage mode (`PagesManager.uses_pages_dire
 `runtime/scriptrunner/script_runner.py`: `_mpa_v1` runs in place of the entry script). The first
 `st.navigation` call switches that off for the whole process, but on a fresh server whose first
 request goes straight to `/predict`, classic mode runs `pages/predict.py` without the entry script.
-So each page first makes sure our navigation is in place: in classic mode it declares it there and
-then (same URL paths, so the page being run is the one the user asked for); otherwise it does nothing.
+So each page first makes sure our navigation is in place: in classic mode it declares it and reruns
+(same URL paths, so the rerun, now through the entry script, runs the page the user asked for);
+otherwise it does nothing. The rerun matters: a widget drawn in the classic run has another id than
+the same widget under st.navigation, so on the next interaction its state was dropped (a fresh
+server's first request to /sweep lost every form value at the first edit).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ PAGES = (
     PageSpec("pages/train.py", "Train", ":material/model_training:", default=True),
     PageSpec("pages/predict.py", "Predict", ":material/draw:"),
     PageSpec("pages/runs.py", "Runs", ":material/table_chart:"),
+    PageSpec("pages/sweep.py", "Sweep", ":material/tune:"),
 )
 
 
@@ -41,4 +45,5 @@ def navigation():
 def ensure_navigation() -> None:
     """Call first in every page: switches a fresh server's classic multipage run over to PAGES."""
     if PagesManager.uses_pages_directory:
-        navigation()  # the page asked for is already running: do not run it again
+        navigation()
+        st.rerun()  # run the page again under st.navigation, so its widgets keep their state from then on

@@ -203,10 +203,11 @@ def fit_cluster(plan: SweepPlan, request: SweepRequest, available: dict) -> None
         plan.concurrency = max(1, min(plan.trials, fit))
 
 
-def describe(plan: SweepPlan) -> str:
-    """One line saying what will run, printed before Ray starts."""
+def describe(plan: SweepPlan, *, with_id: bool = True) -> str:
+    """One line saying what will run, printed before Ray starts (and under the Sweep page's form)."""
     space = ", ".join(f"{s.key} {s.text}" for s in plan.specs)
     where = f"cluster {plan.address}" if plan.address else "this machine (embedded Ray on 127.0.0.1)"
     gpu = f", {plan.gpus_per_trial:g} GPU" if plan.gpus_per_trial else ""
-    return (f"sweep {plan.sweep_id}: {plan.trials} trial(s) of {space}; scheduler {plan.scheduler} on {plan.metric}; "
-            f"{plan.concurrency} at a time, {plan.cpus_per_trial:g} CPU{gpu} each; {where}")
+    return (f"{f'sweep {plan.sweep_id}: ' if with_id else ''}{plan.trials} trial(s) of {space}; scheduler "
+            f"{plan.scheduler} on {plan.metric}; {plan.concurrency} at a time, {plan.cpus_per_trial:g} CPU{gpu} each; "
+            f"{where}")
