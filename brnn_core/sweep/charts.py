@@ -26,6 +26,7 @@ def curves_figure(curves: dict[str, pd.DataFrame], metric: str, *, revision: str
         if len(val):
             y = val[column] * (100 if column == "accuracy" else 1)
             fig.add_scatter(x=val["epoch"], y=y, mode="lines+markers", name=trial_number(run_id))
+    fig.update_xaxes(dtick=1)  # whole epochs
     if column == "accuracy":
         fig.update_yaxes(title="val accuracy %")
     return note_if_empty(fig, "waiting for the first epoch of a trial…")
