@@ -145,6 +145,7 @@ def test_asha_needs_two_epochs(tmp_path):
     ["--search", "lr=grid:0.1,0.01", "--gpus-per-trial", "2"],
     ["--set", "epochs=2"],
     ["--resume", "no-such-sweep"],
+    ["--search", "lr=grid:0.1,0.01", "--address", f"127.0.0.1:{closed_port()}"],
 ])
 def test_cli_bad_input_exits_2_before_ray_starts(tmp_path, capsys, args):
     """Exit 2 with one `error:` line naming the problem; no runs folder, no Ray imported."""

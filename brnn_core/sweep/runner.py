@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -91,7 +92,9 @@ def ray_session(plan: SweepPlan, ray_dir: Path):
             ray.init(address=plan.address, _node_ip_address="127.0.0.1" if is_loopback(plan.address) else None,
                      **kwargs)
         else:
-            cpus = max(os.cpu_count() or 1, int(plan.concurrency * plan.cpus_per_trial + 0.999))
+            cpus = math.ceil(plan.concurrency * plan.cpus_per_trial)  # PBT: this is what bounds concurrency
+            if plan.scheduler != "pbt":
+                cpus = max(os.cpu_count() or 1, cpus)
             ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, _temp_dir=str(ray_dir), num_cpus=cpus,
                      num_gpus=local_gpus(), **kwargs)
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, AuthenticationError, RuntimeError...

@@ -45,6 +45,12 @@ def make_scheduler(plan: SweepPlan, control: SweepControl):
     return Fifo(control=control)
 
 
+def max_concurrent(plan: SweepPlan) -> int | None:
+    """Tune's limit on trials at once. Not for PBT: the whole population must exist so that PBT can pause
+    some and run others in turn (the embedded Ray then holds exactly `concurrency` trials, runner.py)."""
+    return None if plan.scheduler == "pbt" else plan.concurrency
+
+
 def build_tuner(plan: SweepPlan, sweep: Sweep, data_dir: Path, *, restore: bool = False) -> tune.Tuner:
     """A new Tuner for the plan, or the sweep's experiment restored (`--resume`)."""
     fn = trainable(plan, sweep, data_dir)
@@ -53,7 +59,7 @@ def build_tuner(plan: SweepPlan, sweep: Sweep, data_dir: Path, *, restore: bool 
     control = SweepControl(sweep.path)
     return tune.Tuner(
         fn, param_space={s.key: to_tune(s) for s in plan.specs},
-        tune_config=tune.TuneConfig(num_samples=plan.samples, max_concurrent_trials=plan.concurrency,
+        tune_config=tune.TuneConfig(num_samples=plan.samples, max_concurrent_trials=max_concurrent(plan),
                                     scheduler=make_scheduler(plan, control), reuse_actors=True),
         run_config=tune.RunConfig(name=sweep.tune_dir.name, storage_path=str(sweep.path), verbose=0,
                                   stop=SweepStopper(control), callbacks=[SweepCallback(control, plan.keep_best)],
