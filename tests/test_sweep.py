@@ -256,3 +256,32 @@ def test_sweep_on_a_cluster_head_by_address(runs_dir, data_dir, tmp_path, ray_he
     assert info["address"] == ray_head and info["state"] == "finished"
     assert [r.status()["state"] for r in sweep.trial_runs()] == ["finished", "finished"]
     assert "ray_dir" in info and f"cluster {ray_head}" in out
+
+
+def test_pause_resume_and_stop_a_trial_like_any_run(runs_dir, data_dir, tmp_path):
+    """The Train page's buttons on trials: t00 paused while the sweep goes on, t01 stopped (last.pt kept)."""
+    log = tmp_path / "sweep.log"
+    proc = start_sweep([*TINY, "--set", "epochs=4", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
+                       runs_dir, data_dir, log)
+    try:
+        runs = wait_until(lambda: (r := {p.name[-3:]: Run(p) for p in runs_dir.glob("*-t0[01]")}) and len(r) == 2
+                          and all(x.status().get("step") for x in r.values()) and r, "t00 and t01 to train", proc, log)
+        runs["t00"].send_command("pause")
+        runs["t01"].send_command("stop")
+        paused = wait_until(lambda: (s := runs["t00"].status())["state"] == State.PAUSED and s, "t00 paused", proc, log)
+        wait_until(lambda: runs["t01"].status()["state"] == State.STOPPED, "t01 stopped", proc, log)
+        t02 = wait_until(lambda: next((Run(p) for p in runs_dir.glob("*-t02") if Run(p).status().get("step")), None),
+                         "t02 to take the freed slot and train", proc, log)
+        assert runs["t00"].status()["step"] == paused["step"]  # paused while t02 trains
+        runs["t00"].send_command("resume")
+        code, out = finish(proc, log)
+    finally:
+        if proc.poll() is None:
+            end_group(proc)
+    assert code == 0, out
+    kinds = [e["kind"] for e in runs["t00"].events()]
+    assert "pause" in kinds and "resume" in kinds and runs["t00"].status()["state"] == "finished"
+    stopped = runs["t01"].status()
+    assert stopped["state"] == "stopped" and not stopped.get("stopped_by") and runs["t01"].last_ckpt.is_file()
+    assert t02.status()["state"] == "finished"
+    assert the_sweep(runs_dir).info()["state"] == "finished"
