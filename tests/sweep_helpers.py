@@ -27,13 +27,14 @@ TINY = ["--set", "hidden_size=8", "--set", "num_layers=1"]
 SWEEP_TIMEOUT = 900  # s: two busy cores, and Ray takes its time to start
 
 
-def start_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path) -> subprocess.Popen:
-    """`python -m brnn_core sweep ARGS` in a new process group, output to `log`."""
+def start_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path, env: dict | None = None
+                ) -> subprocess.Popen:
+    """`python -m brnn_core sweep ARGS` in a new process group, output to `log` (`env` adds variables)."""
     with open(log, "wb") as out:
         return subprocess.Popen([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(runs_dir),
                                  "--data-dir", str(data_dir), *map(str, args)], cwd=REPO,
-                                env=cli_env(runs_dir, data_dir), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                env={**cli_env(runs_dir, data_dir), **(env or {})}, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 class Descendants(threading.Thread):
