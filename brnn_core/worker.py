@@ -23,6 +23,7 @@ from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_device
 from .data import DatasetError, load_dataset, split_train_val
 from .engine import EvalResult, FitHooks, LogPoint, evaluate, fit, make_optimizer, weights_finite
 from .fileio import atomic_write, atomic_write_json
+from .finetune import DrawingMix, load_initial_weights
 from .jobs import Controller
 from .model import BiLSTM, ModelConfig
 from .reports import write_report
@@ -110,6 +111,11 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
 
     torch.manual_seed(cfg.seed)
     model = BiLSTM(model_config_for(cfg, len(classes))).to(device)
+    init_note = load_initial_weights(model, cfg, classes)  # fine-tuning: cfg.init_from's weights (None: random)
+    mix = DrawingMix.prepare(cfg, data_dir, classes, device, len(train_y))  # the user's drawings, None unless asked
+    if mix is not None:
+        train_x, train_y = mix.mixed(train_x, train_y)
+        config["my_drawings"] = mix.record(model, cfg, config.get("my_drawings"))  # held-out accuracy "before"
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     start_epoch = start_batch = step = 0
     best_val = math.inf
@@ -196,7 +202,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
         save_last(start_epoch, start_batch, step)  # from now on a killed run always has a last.pt to resume
     run.write_status(state="running", message=f"training on {_device_name(device)}", step=step, **status_extra())
     run.log_event("start", f"training {cfg.dataset} on {_device_name(device)}: {len(train_y)} train, "
-                           f"{len(val_y)} val images, {steps_per_epoch} steps per epoch", step=step)
+                           f"{len(val_y)} val images, {steps_per_epoch} steps per epoch"
+                           + (f"; {init_note}" if init_note else ""), step=step)
     hooks = FitHooks(before_step=controller, on_log=on_log, on_epoch_end=on_epoch_end,
                      epochs=lambda: settings["epochs"], grad_clip=lambda: settings["grad_clip"])
     result = fit(model, optimizer, train_x, train_y, val_x, val_y, epochs=cfg.epochs, batch_size=cfg.batch_size,
@@ -234,8 +241,10 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
                     num_classes=len(classes))
     run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
                    elapsed_s=status_extra()["elapsed_s"])
-    write_report(run, test, test_y.cpu(), classes, cfg.dataset)
-    message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(test_y)} images)"
+    drawings, drawings_line = mix.finish(model, config["my_drawings"]) if mix is not None else (None, "")
+    write_report(run, test, test_y.cpu(), classes, cfg.dataset, extra={"my_drawings": drawings} if drawings else None)
+    message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(test_y)} images)" \
+        + (f"; {drawings_line}" if drawings_line else "")
     run.log_event("finished", message, step=result.step)
     run.write_status(state="finished", message=message, ended=time.time(), step=result.step,
                      test_acc=test.accuracy, test_loss=test.loss, **status_extra())
