@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from brnn_core.checkpoint import CheckpointError
-from brnn_core.drawings import Listing, checkpoint_accuracy, folder_signature, list_drawings
+from brnn_core.drawings import MIN_FOR_ACCURACY, Listing, checkpoint_accuracy, folder_signature, list_drawings
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -34,6 +34,8 @@ def _accuracy(path: str, mtime: float, data_dir: str, signature: str) -> tuple[f
 
 def accuracy(path: Path, data_dir: Path) -> tuple[float, int] | None:
     """(accuracy, n) of a checkpoint on the drawings of its classes, or None (too few, or unreadable)."""
+    if len(drawings(data_dir).drawings) < MIN_FOR_ACCURACY:  # of any class set: no checkpoint is read
+        return None
     try:
         mtime = path.stat().st_mtime
     except OSError:
