@@ -115,8 +115,8 @@ if x is not None:
     e2.plotly_chart(charts.attribution_figure(x.numpy(), predictor.attribution(x.numpy(), top),
                                               predictor.classes[top]), key="attribution", on_select="ignore")
     st.caption("Left: row t shows what the model predicts when it has read only rows 0 to t of the image (top "
-               "down, and that part bottom up). Right: integrated gradients from a black image; red pixels pushed "
-               "it towards its answer, blue ones away. "
+               "down, and that part bottom up); the rows above the ink are its guess from a blank image. Right: "
+               "integrated gradients from a black image; red pixels pushed it towards its answer, blue ones away. "
                "Attribution needs a backward pass through the LSTM, which cuDNN refuses in eval mode (the blog's "
                "crash), so that one call runs with cuDNN switched off: eval mode, no dropout, the same model.")
 

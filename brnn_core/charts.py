@@ -156,13 +156,15 @@ def per_class_figure(per_class: list[float], classes: list[str]) -> go.Figure:
 
 # ------------------------------------------------------------------ inside the model (Predict page)
 READING_TITLE = "How the BiLSTM reads your digit, row by row"
-ATTRIBUTION_TITLE = "Which pixels pushed the answer (integrated gradients)"
+ATTRIBUTION_TITLE = "Which pixels decided"
 # Transparent at zero so the digit shows through; blue pulled away from the class, red pushed towards it.
-_SIGNED = [[0.0, "rgba(33,102,172,0.95)"], [0.5, "rgba(255,255,255,0)"], [1.0, "rgba(178,24,43,0.95)"]]
+# Alpha rises quickly off zero: most of the mass is in many small pushes, not in the few largest.
+_SIGNED = [[0.0, "rgba(33,102,172,1)"], [0.35, "rgba(67,147,195,0.75)"], [0.5, "rgba(255,255,255,0)"],
+           [0.65, "rgba(214,96,77,0.75)"], [1.0, "rgba(178,24,43,1)"]]
 
 
-def _image_trace(image: np.ndarray, **kwargs) -> go.Heatmap:
-    return go.Heatmap(z=np.asarray(image, dtype=float), colorscale="gray", zmin=0.0, zmax=1.0, showscale=False,
+def _image_trace(image: np.ndarray, *, zmax: float = 1.0, **kwargs) -> go.Heatmap:
+    return go.Heatmap(z=np.asarray(image, dtype=float), colorscale="gray", zmin=0.0, zmax=zmax, showscale=False,
                       hovertemplate="row %{y}, col %{x}: %{z:.2f}<extra></extra>", **kwargs)
 
 
@@ -174,8 +176,8 @@ def reading_figure(image: np.ndarray, rows: np.ndarray, classes: list[str]) -> g
     from plotly.subplots import make_subplots
 
     steps = rows.shape[0]
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.03, column_widths=[0.45, 0.55],
-                        subplot_titles=("what the model sees", "class probabilities after reading rows 0..t"))
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.03, column_widths=[0.4, 0.6],
+                        subplot_titles=("input", "after reading rows 0..t"))
     fig.add_trace(_image_trace(image), row=1, col=1)
     fig.add_trace(go.Heatmap(z=100 * rows, x=list(classes), y=list(range(steps)), colorscale="Viridis", zmin=0,
                              zmax=100, colorbar=dict(title="%", len=0.9),
@@ -189,10 +191,15 @@ def reading_figure(image: np.ndarray, rows: np.ndarray, classes: list[str]) -> g
 
 
 def attribution_figure(image: np.ndarray, attribution: np.ndarray, class_name: str) -> go.Figure:
-    """Integrated-gradients attribution as a signed overlay on the 28x28 input."""
+    """Integrated-gradients attribution as a signed overlay on the (dimmed) 28x28 input.
+
+    The colour scale ends at the 98th percentile of |attribution| on the ink, so one extreme pixel
+    does not wash out the rest."""
     attr = np.asarray(attribution, dtype=float)
-    bound = float(np.abs(attr).max()) or 1.0
-    fig = go.Figure([_image_trace(image, name="input"),
+    ink = np.abs(attr)[np.asarray(image) > 0]
+    bound = float(np.percentile(ink, 98)) if ink.size else 0.0
+    bound = bound or float(np.abs(attr).max()) or 1.0
+    fig = go.Figure([_image_trace(image, zmax=2.5, name="input"),
                      go.Heatmap(z=attr, colorscale=_SIGNED, zmin=-bound, zmax=bound, name="attribution",
                                 colorbar=dict(title="push", len=0.9),
                                 hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>")])
