@@ -17,9 +17,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from app_helpers import finish_cli_training, kill_workers, start_cli_training, wait_for_state
 from browser_helpers import CHROMIUM, REPO, VIEWPORT, Server, launch_chromium, screenshot, start_server, stop_server
+from PIL import Image
 
 from brnn_core.runs import Run, list_runs
 from ui.common import short_id
@@ -317,6 +319,8 @@ def test_predict_shows_how_the_model_reads_and_saves_the_drawing(dashboard, fini
     expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.").first).to_be_visible()
     (meta,) = (dashboard.data_dir / "my-drawings").glob("*.json")
     assert '"label": 7' in meta.read_text()
+    seen = np.asarray(Image.open(meta.with_name(meta.name.replace(".json", ".input.png"))))
+    assert seen.shape == (28, 28) and seen.max() > 200 and (seen > 50).sum() > 40  # the 7's strokes, as the model saw
     page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"
                            ".every(img => img.complete)", timeout=T)
     screenshot(page, "predict-saved", SHOTS)
