@@ -72,11 +72,6 @@ class Listing:
     images: list[np.ndarray] = field(default_factory=list)  # (28, 28) uint8 each, same order
     warnings: list[str] = field(default_factory=list)
 
-    def signature(self) -> str:
-        """Changes whenever a drawing is added, deleted or relabelled (a cache key for scores)."""
-        text = "|".join(f"{d.id}:{d.label}:{d.held_out}" for d in self.drawings)
-        return hashlib.sha1(text.encode()).hexdigest()[:16]
-
 
 def drawings_dir(data_dir: Path | str) -> Path:
     return Path(data_dir) / FOLDER
