@@ -77,6 +77,13 @@ class TrainConfig:
         "help": "CPU threads for training; 0 = all cores but one, so the dashboard and other programs keep "
                 "a core (torch's default of every core stalls on a busy machine; bench/README.md, \"Noise\").",
         "range": (0, 1024)})
+    my_drawings: float = field(default=0.0, metadata={
+        "help": "Share of the training images that are your own drawings (saved on the Predict page, in "
+                "<data folder>/my-drawings), each repeated to reach it; 0 = off. The held-out drawings are never "
+                "trained on: the report shows accuracy on them before and after.", "range": (0.0, 0.5)})
+    init_from: str = field(default="", metadata={
+        "help": "Checkpoint file to start the weights from (fine-tuning), e.g. runs/<id>/checkpoints/best.pt; "
+                "empty = random weights. Hidden size, layers and head must match it."})
 
     # ----------------------------------------------------------------- helpers
     @classmethod
@@ -150,6 +157,8 @@ class TrainConfig:
         _choice(errs, self, "head", HEADS)
         _choice(errs, self, "optimizer", OPTIMIZERS)
         _choice(errs, self, "amp", AMP_MODES)
+        if "init_from" not in errs and self.init_from and not Path(self.init_from).expanduser().is_file():
+            errs["init_from"] = f"no checkpoint file {self.init_from!r}; give the path of a .pt file or leave it empty"
         if "device" not in errs:
             msg = device_problem(self.device, check_available=check_device)
             if msg:

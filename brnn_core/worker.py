@@ -30,6 +30,7 @@ from .control import Controller
 from .data import DatasetError, load_dataset, split_train_val
 from .engine import FitResult, evaluate, fit, make_optimizer
 from .fileio import atomic_write, atomic_write_json
+from .finetune import DrawingMix, load_initial_weights
 from .model import BiLSTM, ModelConfig
 from .recorder import Position, Printer, Recorder
 from .reports import write_report
@@ -166,6 +167,11 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     splits = load_splits(cfg, data_dir, device, progress=lambda msg: run.write_status(message=msg))
     torch.manual_seed(cfg.seed)
     model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
+    init_note = load_initial_weights(model, cfg, splits.classes)  # fine-tuning: cfg.init_from's weights
+    mix = DrawingMix.prepare(cfg, data_dir, splits.classes, device, len(splits.train_y))  # None unless asked
+    if mix is not None:  # the user's drawings mixed into the training split; held-out accuracy "before"
+        splits.train_x, splits.train_y = mix.mixed(splits.train_x, splits.train_y)
+        config["my_drawings"] = mix.record(model, cfg, config.get("my_drawings"))
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
     start = restore(run, model, optimizer, settings) if resume else Position()
@@ -176,7 +182,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
                         steps_per_epoch=math.ceil(len(splits.train_y) / cfg.batch_size), printer=printer,
                         after_epoch=after_epoch)
     controller = Controller(run, optimizer, settings, status_extra=recorder.status_extra)
-    _begin(run, recorder, controller, device, splits)
+    _begin(run, recorder, controller, device, splits, note=init_note)
     result = fit(model, optimizer, splits.train_x, splits.train_y, splits.val_x, splits.val_y, epochs=cfg.epochs,
                  batch_size=cfg.batch_size, seed=cfg.seed, log_interval=cfg.log_interval,
                  eval_batch_size=cfg.eval_batch_size, amp=cfg.amp, start_epoch=start.epoch,
@@ -186,10 +192,11 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
         return end_diverged(run, cfg, settings, result)
     if result.state == State.STOPPED:
         return end_stopped(run, recorder, result)
-    return end_finished(run, recorder, cfg, splits, result)
+    return end_finished(run, recorder, cfg, splits, result, mix=mix, drawings=config.get("my_drawings"))
 
 
-def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.device, splits: Splits) -> None:
+def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.device, splits: Splits, *,
+           note: str | None = None) -> None:
     """Apply commands sent before the worker ran, make sure a last.pt exists, and say training started."""
     step = recorder.position.step
     controller.step = step
@@ -199,8 +206,8 @@ def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.d
     run.write_status(state=State.RUNNING, message=f"training on {device_name(device)}", step=step,
                      **recorder.status_extra())
     run.log_event("start", f"training {recorder.cfg.dataset} on {device_name(device)}: {len(splits.train_y)} "
-                           f"train, {len(splits.val_y)} val images, {recorder.steps_per_epoch} steps per epoch",
-                  step=step)
+                           f"train, {len(splits.val_y)} val images, {recorder.steps_per_epoch} steps per epoch"
+                           + (f"; {note}" if note else ""), step=step)
 
 
 # ---------------------------------------------------------------- how a run ends
@@ -235,8 +242,10 @@ def end_stopped(run: Run, recorder: Recorder, result: FitResult) -> str:
     return State.STOPPED
 
 
-def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits, result: FitResult) -> str:
-    """All epochs done: the final report on the test set, with the best weights (lowest validation loss)."""
+def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits, result: FitResult, *,
+                 mix: DrawingMix | None = None, drawings: dict | None = None) -> str:
+    """All epochs done: the final report on the test set, with the best weights (lowest validation loss);
+    with drawings mixed in, also their held-out accuracy before and after."""
     run.write_status(message="evaluating the best checkpoint on the test set")
     model = recorder.model
     if run.best_ckpt.is_file():
@@ -245,8 +254,11 @@ def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits,
                     num_classes=len(splits.classes))
     run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
                    elapsed_s=recorder.elapsed_s())
-    write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset)
-    message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(splits.test_y)} images)"
+    drawn, drawn_line = mix.finish(model, drawings) if mix is not None else (None, "")
+    write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset,
+                 extra={"my_drawings": drawn} if drawn else None)
+    message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(splits.test_y)} images)" \
+        + (f"; {drawn_line}" if drawn_line else "")
     run.log_event("finished", message, step=result.step)
     run.write_status(state=State.FINISHED, message=message, ended=time.time(), step=result.step,
                      test_acc=test.accuracy, test_loss=test.loss, **recorder.status_extra())

@@ -72,6 +72,12 @@ with left:
         preset("val_fraction", form["val_fraction"])
         field("val_fraction", st.number_input, label="Validation fraction", step=0.05, format="%.2f",
               disabled=active)
+    with st.expander("Fine-tune on my drawings", expanded=False):
+        preset("init_from", form.get("init_from", ""))
+        field("init_from", st.text_input, label="Start from checkpoint", disabled=active,
+              placeholder="runs/<id>/checkpoints/best.pt (empty: random weights)")
+        preset("my_drawings", form.get("my_drawings", 0.0))
+        field("my_drawings", st.number_input, label="My drawings share", step=0.05, format="%.2f", disabled=active)
     with st.expander("Model", expanded=not active):
         for name, label in (("hidden_size", "Hidden size"), ("num_layers", "LSTM layers")):
             preset(name, form[name])
