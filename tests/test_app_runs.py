@@ -124,7 +124,7 @@ def test_table_scores_each_run_on_my_drawings(dirs, finished, sample):
 
 def test_report_of_a_run_fine_tuned_on_my_drawings(dirs, finished, sample):
     """A real fine-tuning run (weights from the finished run, drawings mixed in): its report says before/after."""
-    from conftest import train_run
+    from helpers import train_run
     from test_app_predict import save_rendered
 
     runs_dir, data_dir = dirs

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import SMALL_MODEL, run_cli, train_run
+from helpers import SMALL_MODEL, run_cli, train_run
 from PIL import Image
 from test_inference import SEVEN, drawing
 
