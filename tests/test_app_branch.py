@@ -4,7 +4,8 @@ and on the Train page for an ended run."""
 from __future__ import annotations
 
 import json
-import os
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -91,6 +92,15 @@ def test_a_refused_branch_says_why_and_creates_nothing(dirs, finished):
     assert [r.id for r in list_runs(runs_dir)] == [parent.id]
 
 
+def test_a_damaged_checkpoint_is_named_and_the_other_still_offered(dirs, finished):
+    runs_dir, _ = dirs
+    parent = copy_run(finished, runs_dir)
+    parent.best_ckpt.write_bytes(b"not a checkpoint")
+    at = page("pages/runs.py")
+    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == ["last.pt (epoch 1, step 41)"]
+    assert any(c.value.startswith("best.pt cannot be branched from:") and "not a" in c.value for c in at.caption)
+
+
 def test_the_train_page_offers_a_branch_for_an_ended_run_only(dirs, finished):
     runs_dir, _ = dirs
     parent = copy_run(finished, runs_dir)
@@ -98,9 +108,15 @@ def test_the_train_page_offers_a_branch_for_an_ended_run_only(dirs, finished):
     assert any(e.label == "Branch from here" for e in at.expander)
     assert not at.button(key=f"train_branch_{parent.id}_go").disabled
     assert at.selectbox(key=f"train_branch_{parent.id}_last_optimizer").value == "adam"
-    me = psutil.Process(os.getpid())  # a live process stands in for the worker: the run is active
-    parent.write_status(state="running", pid=me.pid, pid_started=me.create_time())
-    at.run()
-    no_exception(at)
-    assert not any(e.label == "Branch from here" for e in at.expander)
-    assert any(n.key == "live_lr" for n in at.number_input)  # the live controls take its place
+    # A live process stands in for the worker, so the run is active (not this one: teardown kills "workers").
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        parent.write_status(state="running", pid=stand_in.pid,
+                            pid_started=psutil.Process(stand_in.pid).create_time())
+        at.run()
+        no_exception(at)
+        assert not any(e.label == "Branch from here" for e in at.expander)
+        assert any(n.key == "live_lr" for n in at.number_input)  # the live controls take its place
+    finally:
+        stand_in.kill()
+        stand_in.wait()

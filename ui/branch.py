@@ -33,19 +33,16 @@ def _on_branch(runs_dir: Path, data_dir: Path, parent_id: str, kind: str, prefix
 
 def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
     """Pick a checkpoint and new lr / clip / epochs / optimizer; the button creates the branch and starts it."""
-    kinds = [k for k in BRANCH_CHECKPOINTS if (run.last_ckpt if k == "last" else run.best_ckpt).is_file()]
     with st.expander("Branch from here", icon=":material/call_split:"):
-        if not kinds:
+        found = _readable_checkpoints(run)
+        if not found:
             st.caption("No checkpoint saved yet: nothing to branch from.")
             return
         st.caption("A new run that starts from this run's weights (and optimizer state, from last.pt) and "
                    "continues its steps. The architecture and data split stay; epochs counts this run's too.")
-        labels = {}
-        for k in kinds:
-            d = _defaults(str(run.path), k, _mtime(run, k))
-            labels[k] = f"{k}.pt (epoch {d['epoch']}, step {d['step']})"
-        kind = st.radio("Checkpoint", kinds, key=f"{key}_{run.id}_kind", horizontal=True, format_func=labels.get)
-        d = _defaults(str(run.path), kind, _mtime(run, kind))
+        kind = st.radio("Checkpoint", list(found), key=f"{key}_{run.id}_kind", horizontal=True,
+                        format_func=lambda k: f"{k}.pt (epoch {found[k]['epoch']}, step {found[k]['step']})")
+        d = found[kind]
         prefix = f"{key}_{run.id}_{kind}"  # per checkpoint: its own starting values
         c1, c2, c3, c4 = st.columns(4)
         c1.number_input("Learning rate", value=d["lr"], min_value=0.0, format="%.5f", step=0.001, key=f"{prefix}_lr")
@@ -64,5 +61,15 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
                   on_click=_on_branch, args=(runs_dir, data_dir, run.id, kind, prefix, d["step"]))
 
 
-def _mtime(run: Run, kind: str) -> int:
-    return (run.last_ckpt if kind == "last" else run.best_ckpt).stat().st_mtime_ns
+def _readable_checkpoints(run: Run) -> dict[str, dict]:
+    """kind -> the form's starting values, for each of the run's checkpoints that loads; a bad one is named."""
+    found = {}
+    for kind in BRANCH_CHECKPOINTS:
+        path = run.last_ckpt if kind == "last" else run.best_ckpt
+        try:
+            found[kind] = _defaults(str(run.path), kind, path.stat().st_mtime_ns)
+        except FileNotFoundError:
+            continue
+        except ValueError as exc:  # CheckpointError: a damaged or foreign file
+            st.caption(f"{kind}.pt cannot be branched from: {exc}")
+    return found
