@@ -9,7 +9,7 @@ import sys
 
 import psutil
 import pytest
-from app_helpers import APP, copy_run, kill_workers, wait_for_state
+from helpers import APP, copy_run, kill_workers, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.checkpoint import load_checkpoint
