@@ -33,7 +33,7 @@ class Controller:
     def __init__(self, run: Run, optimizer: torch.optim.Optimizer, settings: dict, *, status_extra=None):
         self.run = run
         self.optimizer = optimizer
-        self.settings = settings  # live values: lr, grad_clip, epochs
+        self.settings = settings  # live values: config.LIVE_FIELDS
         self.status_extra = status_extra or (lambda: {})
         # Continue after the last command an earlier worker of this run applied (0 for a new run):
         # commands sent while the worker was still loading data are applied, none twice.
@@ -111,7 +111,7 @@ class Controller:
         if name == "lr":
             for group in self.optimizer.param_groups:
                 group["lr"] = new
-        self.run.log_event("set", f"{name} {old:g} -> {new:g} at step {self.step}", step=self.step,
+        self.run.log_event("set", f"{name} {_show(old)} -> {_show(new)} at step {self.step}", step=self.step,
                            command=cid, field=name, old=old, new=new)
         self.run.write_status(**{**self.status_extra(), "live": dict(self.settings)})
 
@@ -126,6 +126,11 @@ class Controller:
             self.last_beat = now
             self.run.write_status(**{**self.status_extra(), "heartbeat": now, "step": self.step,
                                      "control_offset": self.offset})
+
+
+def _show(value) -> str:
+    """A live setting as the event log shows it: numbers compactly (0.001), names as they are (medium)."""
+    return value if isinstance(value, str) else f"{value:g}"
 
 
 def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:

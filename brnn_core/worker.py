@@ -18,8 +18,9 @@ from pathlib import Path
 import torch
 
 from .allocator import tune_malloc
+from .augment import Augmenter
 from .checkpoint import CheckpointError, check_state_matches, load_checkpoint, save_checkpoint
-from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_device
+from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_augment, resolve_device
 from .data import DatasetError, load_dataset, split_train_val
 from .engine import EvalResult, FitHooks, LogPoint, evaluate, fit, make_optimizer, weights_finite
 from .fileio import atomic_write, atomic_write_json
@@ -84,7 +85,7 @@ def _fail(run: Run, message: str) -> str:
 
 def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     config = run.config()
-    cfg = TrainConfig.from_dict(config.get("train", {}))
+    cfg = TrainConfig.from_dict({"augment": "off", **config.get("train", {})})  # runs from before augment: off
     device = resolve_device(cfg.device)
     threads = cpu_threads(cfg.cpu_threads)
     if device.type == "cpu" and threads:
@@ -140,7 +141,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     steps_per_epoch = math.ceil(len(train_y) / cfg.batch_size)
     config.update(device=str(device), device_name=_device_name(device),
                   sizes={"train": len(train_y), "val": len(val_y), "test": len(test_y)},
-                  classes=classes, data_source=source)
+                  classes=classes, data_source=source, augment=resolve_augment(cfg.augment, cfg.dataset))
     atomic_write_json(run.config_path, config)
     t_start = time.perf_counter()
     elapsed0 = float(run.raw_status().get("elapsed_s") or 0.0)
@@ -170,7 +171,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
                          heartbeat=time.time(), samples_per_s=p.samples_per_s, loss=p.loss, **status_extra())
         printer("log", {**status_extra(), "loss": p.loss, "samples_per_s": p.samples_per_s, "step": p.step})
         # The logged loss predates the last update, so the weights may already be inf: never save those.
-        if time.perf_counter() - last_save[0] > CHECKPOINT_EVERY_S and weights_finite(model):
+        if time.perf_counter() - last_save[0] > CHECKPOINT_EVERY_S and not p.exploding and weights_finite(model):
             save_last(epoch, p.batch, p.step)
 
     def on_epoch_end(epoch: int, result, val: EvalResult) -> None:
@@ -198,7 +199,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
     run.log_event("start", f"training {cfg.dataset} on {_device_name(device)}: {len(train_y)} train, "
                            f"{len(val_y)} val images, {steps_per_epoch} steps per epoch", step=step)
     hooks = FitHooks(before_step=controller, on_log=on_log, on_epoch_end=on_epoch_end,
-                     epochs=lambda: settings["epochs"], grad_clip=lambda: settings["grad_clip"])
+                     epochs=lambda: settings["epochs"], grad_clip=lambda: settings["grad_clip"],
+                     augment=Augmenter(lambda: settings["augment"], dataset=cfg.dataset, seed=cfg.seed))
     result = fit(model, optimizer, train_x, train_y, val_x, val_y, epochs=cfg.epochs, batch_size=cfg.batch_size,
                  seed=cfg.seed, log_interval=cfg.log_interval, eval_batch_size=cfg.eval_batch_size, amp=cfg.amp,
                  start_epoch=start_epoch, start_batch=start_batch, step=step, hooks=hooks)
@@ -208,11 +210,12 @@ def _train(run: Run, data_dir: Path, resume: bool, printer) -> str:
         saved = [p.name for p in (run.last_ckpt, run.best_ckpt) if p.is_file()]
         untrained = run.last_ckpt.is_file() and load_checkpoint(run.last_ckpt).step == 0 and len(saved) == 1
         decay = f", weight decay (now {cfg.weight_decay:g})" if cfg.weight_decay > 0 else ""
-        message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
+        message = (f"diverged at step {result.step}: {result.reason or 'the loss became NaN or infinite'}. "
+                   f"Lower the learning rate "
                    f"(now {settings['lr']:g}){decay} or turn on gradient clipping; "
                    + ("last.pt holds only the untrained starting weights (it diverged before the first save)."
                       if untrained else
-                      f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last finite weights "
+                      f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last good weights "
                       "saved before it diverged." if saved else "no checkpoint was saved before it diverged."))
         run.log_event("diverged", message, step=result.step)
         run.write_status(state="diverged", message=message, ended=time.time(), step=result.step)
