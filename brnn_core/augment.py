@@ -32,6 +32,7 @@ class AugmentStrength:
     shear_deg: float = 0.0  # horizontal shear (slant) in [-shear_deg, +shear_deg]
     shift_px: float = 0.0  # translation in x and y, in pixels of the 28x28 image
     thickness: float = 0.0  # stroke blend in [-thickness, +thickness]: +1 = a full 3x3 dilation, -1 = erosion
+    fraction: float = 1.0  # share of the images changed; the others pass through untouched
 
     @property
     def geometric(self) -> bool:
@@ -130,6 +131,9 @@ def augment_batch(images: torch.Tensor, strength: AugmentStrength | None,
         amount = (torch.rand(n, generator=generator, device=device) * 2 - 1) * strength.thickness
         x = change_thickness(x, amount)
     x = x.squeeze(1)  # (B, 28, 28)
+    if strength.fraction < 1:
+        keep = torch.rand(n, generator=generator, device=device) >= strength.fraction  # (B,)
+        x = torch.where(keep.view(-1, 1, 1), images.float() / 255.0 if dtype == torch.uint8 else images.float(), x)
     if dtype == torch.uint8:
         return (x * 255.0).round_().clamp_(0, 255).to(torch.uint8)
     return x.to(dtype)
