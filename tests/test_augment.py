@@ -150,6 +150,15 @@ def test_thickness_level_thickens_some_strokes_and_thins_others(digits):
     assert (ratio > 1.1).float().mean() > 0.3 and (ratio < 0.9).float().mean() > 0.3
 
 
+def test_fraction_leaves_the_other_images_untouched(sample, digits):
+    strength = AugmentStrength(shift_px=3, thickness=0.5, fraction=0.4)
+    out = augment_batch(digits, strength, gen(11))
+    same = (out == digits).flatten(1).all(dim=1)  # (B,) image passed through exactly
+    assert 0.5 < same.float().mean() < 0.7  # 60 % untouched, give or take the draw
+    out8 = augment_batch(sample.train_x[:1000], strength, gen(11))
+    assert torch.equal((out8 == sample.train_x[:1000]).flatten(1).all(dim=1), same)  # same draw for uint8
+
+
 def test_same_seed_and_step_same_output_uint8_and_float(sample, digits):
     x8 = sample.train_x[:100]
     a = Augmenter(lambda: "strong", dataset="mnist-sample", seed=3)
