@@ -166,24 +166,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
             x = to_input(images[idx])  # (B, 28, 28)
             if augment is not None:
                 x = augment(x, step)  # (B, 28, 28), new random changes for every step
-            y = labels[idx]  # (B,)
-            with autocast(device, amp):
-                logits = model(x)  # (B, C)
-                loss = F.cross_entropy(logits, y)
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is None:
-                loss.backward()
-            else:
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            clip = grad_clip()
-            if clip > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.step(optimizer)  # skipped when the scaled gradients overflowed; the scale then drops
-                scaler.update()
+            loss, num_classes = _optimizer_step(model, optimizer, x, labels[idx], amp, scaler, grad_clip())
             step += 1
             batches += 1
             since_log += 1
@@ -195,7 +178,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
                 now = time.perf_counter()
                 if not math.isfinite(mean):
                     return EpochResult(step, batch_offset + batches, mean, False, diverged=True, reason=NOT_FINITE)
-                exploded = watch.observe(mean, logits.shape[-1])
+                exploded = watch.observe(mean, num_classes)
                 if on_log is not None:
                     on_log(LogPoint(step, batch_offset + batches, mean, samples / max(now - last_time, 1e-9),
                                     optimizer.param_groups[0]["lr"], exploding=watch.streak > 0))
@@ -208,6 +191,28 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
     if not math.isfinite(mean):
         return EpochResult(step, batch_offset + batches, mean, False, diverged=True, reason=NOT_FINITE)
     return EpochResult(step, batch_offset + batches, mean, True)
+
+
+def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, amp: str,
+                    scaler: torch.amp.GradScaler | None, clip: float) -> tuple[torch.Tensor, int]:
+    """Forward, backward, clip, step on one batch; returns the loss (on the device) and the class count."""
+    with autocast(x.device, amp):
+        logits = model(x)  # (B, C)
+        loss = F.cross_entropy(logits, y)
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    if clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)  # skipped when the scaled gradients overflowed; the scale then drops
+        scaler.update()
+    return loss, logits.shape[-1]
 
 
 def _mean(total: torch.Tensor, n: int) -> float:
