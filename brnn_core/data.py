@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import os
 import socket
 import tempfile
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,7 +200,7 @@ def _plain_folder(files: dict[str, Path]) -> Iterator[Path]:
                 continue
             try:
                 extract_archive(str(path), tmp)
-            except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # a damaged file; a full /tmp stays an OSError
                 raise DatasetError(f"{path}: cannot read ({exc}); delete it and download again") from None
         yield Path(tmp)
 
@@ -298,8 +300,6 @@ def read_idx(path: Path) -> np.ndarray:
 
     torchvision does the reading; this stricter reader runs only when torchvision fails, to say
     which file is wrong and how (torchvision's parser asserts without a message)."""
-    import gzip
-
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as fh:
