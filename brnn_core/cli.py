@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 from .checkpoint import CheckpointError
-from .config import LIVE_FIELDS, ConfigError, TrainConfig, parse_set
+from .config import AMP_MODES, LIVE_FIELDS, ConfigError, TrainConfig, parse_set
 from .data import DatasetError, default_data_dir
+from .progress import eta_seconds, format_eta
+from .states import ACTIVE_STATES, State
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--data-dir", type=Path, default=None)
     ev.add_argument("--device", default="cpu")
     ev.add_argument("--batch-size", type=int, default=TrainConfig().eval_batch_size)
-    ev.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"],
+    ev.add_argument("--amp", default="off", choices=AMP_MODES,
                     help="autocast precision (bf16: faster on CPUs with AVX512-BF16; see bench/eval_precision.md)")
     ev.set_defaults(func=cmd_evaluate)
 
@@ -102,7 +104,7 @@ def cmd_train(args) -> int:
         status = run.status()
         state = status.get("state")
         # jobs.spawn_worker records the new worker's pid before it gets here: that live pid is us, not a rival.
-        if state in ("running", "paused", "loading", "stopping") and status.get("pid") != os.getpid():
+        if state in ACTIVE_STATES and status.get("pid") != os.getpid():
             raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
         for name, value in live.items():  # applied by the worker before its first step, and logged
             run.send_command("set", field=name, value=value)
@@ -123,7 +125,7 @@ def cmd_train(args) -> int:
     state = run_training(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
     status = run.status()
     print(f"\n{status.get('message') or state}", flush=True)
-    return EXIT_OK if state in ("finished", "stopped") else EXIT_FAILURE
+    return EXIT_OK if state in (State.FINISHED, State.STOPPED) else EXIT_FAILURE
 
 
 def ensure_dataset(name: str, data_dir: Path) -> None:
@@ -165,10 +167,9 @@ class ProgressPrinter:
             width = 24
             filled = int(width * min(done / total, 1.0))
             sps = info["samples_per_s"]
-            steps_per_s = done / max(info["elapsed_s"], 1e-9)
-            eta = (total - done) / steps_per_s if steps_per_s > 0 else 0
+            eta = format_eta(eta_seconds(done, total, info["elapsed_s"]))
             line = (f"epoch {info['epoch'] + 1}/{info['live']['epochs']} [{'#' * filled}{'.' * (width - filled)}] "
-                    f"{done}/{total} loss {info['loss']:.4f} {sps:,.0f} samples/s ETA {format_eta(eta)}")
+                    f"{done}/{total} loss {info['loss']:.4f} {sps:,.0f} samples/s ETA {eta}")
             print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
         elif kind == "epoch":
             print(f"{'' if not self.tty else chr(10)}epoch {info['epoch']}: train loss {info['loss']:.4f}  "
@@ -177,15 +178,10 @@ class ProgressPrinter:
             print(f"test: loss {info['loss']:.4f}  accuracy {100 * info['accuracy']:.2f}%", flush=True)
 
 
-def format_eta(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 # ---------------------------------------------------------------- evaluate / predict
 def cmd_evaluate(args) -> int:
     from .checkpoint import check_state_matches, load_checkpoint
-    from .config import device_problem, resolve_device
+    from .config import amp_problem, device_problem, resolve_device
     from .data import DATASETS, load_dataset
     from .engine import evaluate
 
@@ -196,6 +192,9 @@ def cmd_evaluate(args) -> int:
     problem = device_problem(args.device)
     if problem:
         raise BadInput(f"--device: {problem}")
+    problem = amp_problem(args.amp, args.device)
+    if problem:
+        raise BadInput(f"--amp: {problem}")
     ckpt = load_checkpoint(args.checkpoint)
     classes = DATASETS[args.dataset].classes
     if ckpt.model_config.num_classes != len(classes):
@@ -243,6 +242,6 @@ def cmd_predict(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import main as bench_main
+    from .benchmarks import main as bench_main
 
     return bench_main(args.rest)

@@ -74,8 +74,8 @@ class TrainConfig:
     log_interval: int = field(default=10, metadata={
         "help": "Log the training loss every N steps (the GPU is synced only then).", "range": (1, 100000)})
     eval_batch_size: int = field(default=250, metadata={
-        "help": "Images per evaluation batch. 250 measured fastest on CPU (larger batches cost page faults; "
-                "bench/README.md).", "range": (1, 65536)})
+        "help": "Images per evaluation batch. The default measured fastest on CPU (larger batches cost page "
+                "faults; bench/README.md).", "range": (1, 65536)})
     amp: str = field(default="off", metadata={
         "help": "Mixed precision: off, bf16 or fp16 (fp16 on CUDA only)."})
     augment: str = field(default="auto", metadata={
@@ -84,8 +84,15 @@ class TrainConfig:
                 + ", ".join(f"{v} for {k}" for k, v in AUGMENT_AUTO.items()) + ". Can be changed while training."})
     cpu_threads: int = field(default=0, metadata={
         "help": "CPU threads for training; 0 = all cores but one, so the dashboard and other programs keep "
-                "a core (torch's default of every core was up to 9x slower on a busy 2-core machine).",
+                "a core (torch's default of every core stalls on a busy machine; bench/README.md, \"Noise\").",
         "range": (0, 1024)})
+    my_drawings: float = field(default=0.0, metadata={
+        "help": "Share of the training images that are your own drawings (saved on the Predict page, in "
+                "<data folder>/my-drawings), each repeated to reach it; 0 = off. The held-out drawings are never "
+                "trained on: the report shows accuracy on them before and after.", "range": (0.0, 0.5)})
+    init_from: str = field(default="", metadata={
+        "help": "Checkpoint file to start the weights from (fine-tuning), e.g. runs/<id>/checkpoints/best.pt; "
+                "empty = random weights. Hidden size, layers and head must match it."})
 
     # ----------------------------------------------------------------- helpers
     @classmethod
@@ -160,16 +167,16 @@ class TrainConfig:
         _choice(errs, self, "optimizer", OPTIMIZERS)
         _choice(errs, self, "amp", AMP_MODES)
         _choice(errs, self, "augment", AUGMENT_LEVELS)
+        if "init_from" not in errs and self.init_from and not Path(self.init_from).expanduser().is_file():
+            errs["init_from"] = f"no checkpoint file {self.init_from!r}; give the path of a .pt file or leave it empty"
         if "device" not in errs:
             msg = device_problem(self.device, check_available=check_device)
             if msg:
                 errs["device"] = msg
-        if "amp" not in errs and self.amp == "fp16":
-            device = str(self.device).strip().lower()
-            if not device.startswith(("cuda", "auto")):
-                errs["amp"] = "fp16 needs a CUDA device; use bf16 or off on CPU"
-            elif device == "auto" and check_device and resolve_device("auto").type != "cuda":
-                errs["amp"] = "fp16 needs a CUDA device and this machine has none (auto means the CPU); use bf16 or off"
+        if "amp" not in errs and "device" not in errs:
+            msg = amp_problem(self.amp, self.device, check_available=check_device)
+            if msg:
+                errs["amp"] = msg
         return errs
 
     def validate(self, *, check_device: bool = True) -> TrainConfig:
@@ -224,7 +231,7 @@ def device_problem(spec: str, *, check_available: bool = True) -> str | None:
     if spec in ("auto", "cpu"):
         return None
     if spec == "mps":
-        if check_available and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        if check_available and not mps_available():
             return "mps (Apple GPU) is not available on this machine; use auto or cpu"
         return None
     if spec == "cuda" or spec.startswith("cuda:"):
@@ -239,6 +246,47 @@ def device_problem(spec: str, *, check_available: bool = True) -> str | None:
                 return f"{spec!r}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
         return None
     return f"{spec!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
+
+
+def mps_available() -> bool:
+    """True on a Mac whose torch build can use the Apple GPU."""
+    import torch
+
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def device_choices() -> dict[str, str]:
+    """Every device this machine offers, as spec -> label (the dashboard's picker, the GPU bench)."""
+    import torch
+
+    options = {"auto": "auto (GPU if there is one)", "cpu": "cpu"}
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        options[f"cuda:{i}"] = f"cuda:{i}: {props.name}, {props.total_memory / 2**30:.0f} GiB"
+    if mps_available():
+        options["mps"] = "mps (Apple GPU)"
+    return options
+
+
+def amp_problem(amp: str, device_spec: str, *, check_available: bool = True) -> str | None:
+    """Why mixed precision `amp` cannot run on `device_spec` here, or None if it can."""
+    device = str(device_spec).strip().lower()
+    if amp == "fp16":
+        if not device.startswith(("cuda", "auto")):
+            return "fp16 needs a CUDA device; use bf16 or off on CPU"
+        if device == "auto" and check_available and resolve_device("auto").type != "cuda":
+            return "fp16 needs a CUDA device and this machine has none (auto means the CPU); use bf16 or off"
+    if amp == "bf16" and check_available and resolve_device(device).type == "cpu" and not cpu_has_bf16():
+        return ("bf16 on the CPU needs native bf16 instructions (AVX512-BF16 or AMX), which this CPU lacks: "
+                "oneDNN's LSTM refuses it; use off")
+    return None
+
+
+def cpu_has_bf16() -> bool:
+    """True when oneDNN can run bf16 kernels on this CPU (its LSTM has no fallback without them)."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def cpu_threads(requested: int) -> int | None:
@@ -260,7 +308,7 @@ def resolve_device(spec: str):
     if spec == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        if mps_available():
             return torch.device("mps")
         return torch.device("cpu")
     problem = device_problem(spec)

@@ -364,6 +364,10 @@ def load_mnist_sample() -> Dataset:
 def load_dataset(name: str, data_dir: Path | None = None, *, download: bool = True,
                  progress: Progress | None = None) -> Dataset:
     """Load a dataset by name into CPU uint8 tensors."""
+    if name == "my-drawings":  # the user's saved drawings (not a base dataset: mixed in by TrainConfig.my_drawings)
+        from .drawings import load_drawings_dataset
+
+        return load_drawings_dataset(Path(data_dir or default_data_dir()))
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if name == "mnist-sample":

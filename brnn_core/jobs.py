@@ -1,15 +1,13 @@
-"""Background training: the worker process and its control channel.
+"""Background training, the dashboard's side: start worker processes and keep track of them.
 
 The dashboard never trains in its own process: a crash must not take the UI down and GPU
 memory must be freed when a run ends. `start_worker` creates the run directory and spawns
-`python -m brnn_core train --run-dir DIR`. The dashboard controls a run by appending
-commands to `control.jsonl`; the worker's `Controller` reads new lines between steps,
-applies them in file order and acknowledges each one in `events.jsonl`.
+`python -m brnn_core train --run-dir DIR`; the page then steers it through the control channel
+(`Run.send_command`, format and worker side in control.py) and reads the run directory.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,118 +17,9 @@ from pathlib import Path
 
 import torch
 
-from .config import LIVE_FIELDS, TrainConfig
-from .fileio import read_complete_lines
-from .runs import ACTIVE_STATES, Run, RunError, create_run, list_runs
-
-HEARTBEAT_S = 1.0
-PAUSE_POLL_S = 0.1
-
-
-class Controller:
-    """The worker's end of the control channel; call it between steps (`before_step`)."""
-
-    def __init__(self, run: Run, optimizer: torch.optim.Optimizer, settings: dict, *, status_extra=None):
-        self.run = run
-        self.optimizer = optimizer
-        self.settings = settings  # live values: config.LIVE_FIELDS
-        self.status_extra = status_extra or (lambda: {})
-        # Continue after the last command an earlier worker of this run applied (0 for a new run):
-        # commands sent while the worker was still loading data are applied, none twice.
-        self.offset = int(run.raw_status().get("control_offset") or 0)
-        self.size = -1
-        self.paused = False
-        self.stop_requested = False
-        self.step = 0
-        self.last_beat = 0.0
-
-    def __call__(self, step: int) -> bool:
-        """Apply pending commands; block while paused. False means: stop now."""
-        self.step = step
-        self.poll()
-        while self.paused and not self.stop_requested:
-            self.heartbeat()
-            time.sleep(PAUSE_POLL_S)
-            self.poll()
-        self.heartbeat()
-        return not self.stop_requested
-
-    def poll(self) -> None:
-        try:
-            size = os.stat(self.run.control_path).st_size
-        except FileNotFoundError:
-            return
-        if size == self.size:  # cheap: one stat per step
-            return
-        self.size = size
-        lines, _ = read_complete_lines(self.run.control_path, self.offset)
-        for line in lines:
-            # Advance before applying, so the offset saved with a stop does not replay it on resume.
-            self.offset += len(line.encode("utf-8", "surrogateescape")) + 1
-            try:
-                command = json.loads(line)
-            except json.JSONDecodeError:
-                self.run.log_event("warning", f"ignored a malformed command line: {line[:80]!r}", step=self.step)
-                continue
-            self.apply(command)
-
-    def apply(self, command: dict) -> None:
-        cmd, cid = command.get("cmd"), command.get("id")
-        if cmd == "pause":
-            if not self.paused:
-                self.paused = True
-                self._state("paused", f"paused at step {self.step}")
-            self.run.log_event("pause", f"paused at step {self.step}", step=self.step, command=cid)
-        elif cmd == "resume":
-            if self.paused:
-                self.paused = False
-                self._state("running", f"resumed at step {self.step}")
-            self.run.log_event("resume", f"resumed at step {self.step}", step=self.step, command=cid)
-        elif cmd == "stop":
-            self.stop_requested = True
-            self._state("stopping", f"stopping at step {self.step}: saving a checkpoint")
-            self.run.log_event("stop", f"stop requested at step {self.step}", step=self.step, command=cid)
-        elif cmd == "set":
-            self.apply_set(command.get("field"), command.get("value"), cid)
-        else:
-            self.run.log_event("warning", f"unknown command {cmd!r} ignored", step=self.step, command=cid)
-
-    def apply_set(self, name, value, cid) -> None:
-        if name not in LIVE_FIELDS:
-            self.run.log_event("warning", f"{name!r} cannot change while training (only {', '.join(LIVE_FIELDS)})",
-                               step=self.step, command=cid)
-            return
-        current = TrainConfig().replace(**{k: self.settings[k] for k in LIVE_FIELDS})
-        try:
-            checked = TrainConfig.from_dict({**current.to_dict(), name: value}, check_device=False)
-        except ValueError as exc:
-            self.run.log_event("warning", f"rejected {name}={value!r}: {exc}", step=self.step, command=cid)
-            return
-        new, old = getattr(checked, name), self.settings[name]
-        self.settings[name] = new
-        if name == "lr":
-            for group in self.optimizer.param_groups:
-                group["lr"] = new
-        self.run.log_event("set", f"{name} {_show(old)} -> {_show(new)} at step {self.step}", step=self.step,
-                           command=cid, field=name, old=old, new=new)
-        self.run.write_status(**{**self.status_extra(), "live": dict(self.settings)})
-
-    def _state(self, state: str, message: str) -> None:
-        self.run.write_status(**{"live": dict(self.settings), **self.status_extra(), "state": state,
-                                 "message": message, "step": self.step, "heartbeat": time.time(),
-                                 "control_offset": self.offset})
-
-    def heartbeat(self, force: bool = False) -> None:
-        now = time.time()
-        if force or now - self.last_beat >= HEARTBEAT_S:
-            self.last_beat = now
-            self.run.write_status(**{**self.status_extra(), "heartbeat": now, "step": self.step,
-                                     "control_offset": self.offset})
-
-
-def _show(value) -> str:
-    """A live setting as the event log shows it: numbers compactly (0.001), names as they are (medium)."""
-    return value if isinstance(value, str) else f"{value:g}"
+from .config import TrainConfig
+from .runs import Run, RunError, create_run, list_runs
+from .states import ACTIVE_STATES, State
 
 
 def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
@@ -209,7 +98,7 @@ class JobRegistry:
             if busy:
                 raise RunError(f"run {busy[0].id} is still {busy[0].status()['state']}; "
                                "stop it before resuming another")
-            run.write_status(state="queued", message="resuming", pid=None, created=time.time())
+            run.write_status(state=State.QUEUED, message="resuming", pid=None, created=time.time())
             self._procs[run.id] = spawn_worker(run, data_dir=data_dir, resume=True)
 
     def reap(self) -> None:

@@ -22,18 +22,16 @@ import re
 import secrets
 import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .control import command_line
 from .fileio import append_line, atomic_write_json, read_complete_lines, read_json
+from .states import ACTIVE_STATES, State
 
-STATES = ("queued", "loading", "running", "paused", "stopping",
-          "finished", "failed", "diverged", "interrupted", "stopped")
-ACTIVE_STATES = ("queued", "loading", "running", "paused", "stopping")
 METRIC_COLUMNS = ["step", "epoch", "split", "loss", "accuracy", "lr", "samples_per_s", "elapsed_s"]
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 QUEUED_GRACE_S = 60.0  # a run created but never picked up by a worker for this long is dead
@@ -124,9 +122,9 @@ class Run:
         append_line(self.events_path, json.dumps(record, default=str))
 
     def send_command(self, cmd: str, **args: Any) -> str:
-        """Queue a command (pause, resume, stop, set) for the worker; returns its id."""
-        cid = uuid.uuid4().hex[:12]
-        append_line(self.control_path, json.dumps({"id": cid, "cmd": cmd, "time": now_iso(), **args}))
+        """Queue a command (control.COMMANDS) for the worker; returns its id."""
+        cid, line = command_line(cmd, now_iso(), **args)
+        append_line(self.control_path, line)
         return cid
 
     # reading
@@ -139,9 +137,9 @@ class Run:
     def status(self) -> dict:
         """status.json with the true state: an active run whose worker is gone is `interrupted`."""
         status = self.raw_status()
-        state = status.get("state", "interrupted")
+        state = status.get("state", State.INTERRUPTED)
         if state in ACTIVE_STATES and not worker_alive(status):
-            status["state"] = "interrupted"
+            status["state"] = State.INTERRUPTED
             status.setdefault("message", "")
             status["message"] = "the worker stopped without saying why (killed or crashed); resume continues " \
                                 "from the last checkpoint"
@@ -198,7 +196,7 @@ def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None) -> Ru
         run = Run(staging)
         run.checkpoint_dir.mkdir()
         atomic_write_json(run.config_path, config)
-        atomic_write_json(run.status_path, {"state": "queued", "step": 0, "epoch": 0, "message": "queued",
+        atomic_write_json(run.status_path, {"state": State.QUEUED, "step": 0, "epoch": 0, "message": "queued",
                                             "created": time.time(), "pid": None})
         append_line(run.metrics_path, ",".join(METRIC_COLUMNS))
         run.events_path.touch()
@@ -295,3 +293,28 @@ def delete_run(runs_dir: Path, run_id: str) -> None:
     trash = run.path.with_name(f".deleting-{run.id}-{secrets.token_hex(3)}")
     os.rename(run.path, trash)  # vanish from listings at once, then remove
     shutil.rmtree(trash, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    """A saved checkpoint a user can pick: which run, best or last, and how good it was."""
+
+    run_id: str
+    kind: str  # "best" (lowest validation loss) or "last"
+    path: Path
+    val_acc: float | None  # validation accuracy when it was saved (None before the first epoch ended)
+
+
+def checkpoint_choices(runs_dir: Path) -> list[CheckpointChoice]:
+    """Every run's best.pt and last.pt, highest validation accuracy first (best.pt before last.pt on a tie)."""
+    choices = []
+    for run in list_runs(runs_dir):
+        metrics = run.metrics()
+        val = metrics[metrics["split"] == "val"]
+        for path, kind in ((run.best_ckpt, "best"), (run.last_ckpt, "last")):
+            if path.is_file():
+                row = (val.loc[val["loss"].idxmin()] if kind == "best" else val.iloc[-1]) if len(val) else None
+                choices.append(CheckpointChoice(run.id, kind, path,
+                                                None if row is None else float(row["accuracy"])))
+    score = lambda c: (c.val_acc if c.val_acc is not None else -1.0) + (0.001 if c.kind == "best" else 0.0)
+    return sorted(choices, key=score, reverse=True)

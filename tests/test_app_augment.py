@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from app_helpers import APP, kill_workers, wait_for, wait_for_state
+from helpers import APP, kill_workers, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import AUGMENT_AUTO, AUGMENT_LEVELS
@@ -32,6 +32,8 @@ def test_form_offers_the_levels_and_says_what_auto_means_for_the_dataset(dirs):
     assert at.selectbox(key="w_augment").options[0] == "auto: off for this dataset"
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_live_augmentation_change_from_the_page_is_applied_and_acknowledged(dirs):
     runs_dir, _ = dirs
     at = app()
@@ -49,7 +51,7 @@ def test_live_augmentation_change_from_the_page_is_applied_and_acknowledged(dirs
     at.selectbox(key="live_augment").select("strong")
     next(b for b in at.button if b.label == "Apply").click().run()
     assert any("Sent: augment → strong" in i.value for i in at.info)
-    wait_for(lambda: any(e["kind"] == "set" for e in run.events()), "the worker to apply augment")
+    wait_for(lambda: any(e["kind"] == "set" for e in run.events()), 120, "the worker to apply augment", interval=0.2)
     at.run()
     acks = [s.value for s in at.success]
     assert any("augment → strong: applied, augment off -> strong at step" in a for a in acks), acks

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_run
+from helpers import make_run
 
-from brnn_core import worker
+from brnn_core import recorder
 from brnn_core.augment import (
     LEVELS,
     Augmenter,
@@ -219,6 +219,7 @@ def test_fit_feeds_augmented_training_batches_and_plain_validation(sample):
         assert torch.equal(x, plain[(k % 2) * 125:(k % 2 + 1) * 125])  # validation images untouched
 
 
+@pytest.mark.slow
 def test_worker_run_with_strong_augmentation_reports_plain_test_accuracy(tmp_path, sample):
     run = make_run(tmp_path / "runs", hidden_size=16, num_layers=1, epochs=1, augment="strong")
     assert run_training(run, data_dir=tmp_path / "data") == "finished"
@@ -237,6 +238,7 @@ def test_auto_is_recorded_resolved(tmp_path):
     assert run.config()["augment"] == AUGMENT_AUTO["mnist-sample"]
 
 
+@pytest.mark.slow
 def test_live_augment_change_is_applied_at_the_next_step_and_acknowledged(tmp_path, monkeypatch):
     run = make_run(tmp_path / "runs", hidden_size=8, num_layers=1, epochs=1, augment="off", log_interval=5)
     spies: list[SpyAugmenter] = []
@@ -255,7 +257,7 @@ def test_live_augment_change_is_applied_at_the_next_step_and_acknowledged(tmp_pa
         spies.append(UserAtStep5(*args, **kwargs))
         return spies[-1]
 
-    monkeypatch.setattr(worker, "Augmenter", spy_factory)
+    monkeypatch.setattr(recorder, "Augmenter", spy_factory)
     assert run_training(run, data_dir=tmp_path / "data") == "finished"
     spy = spies[0]
     assert [spy.levels[s] for s in range(7)] == ["off"] * 6 + ["strong"]  # steps 0-5 plain, from step 6 on strong

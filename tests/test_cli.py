@@ -10,14 +10,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from PIL import Image
 
 from brnn_core.checkpoint import load_checkpoint
+from brnn_core.config import cpu_has_bf16
 from brnn_core.data import IDX_FILES
 from brnn_core.engine import evaluate
 from brnn_core.inference import Predictor, load_image
 from brnn_core.runs import Run, list_runs
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 
 def assert_bad_input(result, *needles: str) -> None:
@@ -66,6 +69,8 @@ def test_evaluate_prints_loss_accuracy_and_per_class(trained_ckpt, runs_dir, dat
     assert [float(a) for _, a in per_class] == pytest.approx([100 * a for a in expected.per_class], abs=0.006)
 
 
+@pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has no native bf16 (AVX512-BF16/AMX): bf16 is refused, "
+                                              "see test_evaluate_bf16_on_a_cpu_without_it_is_refused")
 def test_evaluate_with_bf16_autocast_matches_the_library(trained_ckpt, runs_dir, data_dir, sample):
     result = run_cli(["evaluate", trained_ckpt, "--dataset", "mnist-sample", "--amp", "bf16"], runs_dir, data_dir)
     assert result.returncode == 0, result.stderr
@@ -76,6 +81,14 @@ def test_evaluate_with_bf16_autocast_matches_the_library(trained_ckpt, runs_dir,
     assert accuracy == pytest.approx(100 * bf16.accuracy, abs=0.006)
     # bf16 keeps 8 bits of mantissa: a few borderline digits at most may flip against fp32
     assert abs(bf16.accuracy - evaluate(model, sample.test_x, sample.test_y).accuracy) <= 0.01
+
+
+@pytest.mark.skipif(cpu_has_bf16(), reason="this CPU runs bf16 (covered by the test above)")
+def test_evaluate_bf16_on_a_cpu_without_it_is_refused(trained_ckpt, runs_dir, data_dir):
+    result = run_cli(["evaluate", trained_ckpt, "--dataset", "mnist-sample", "--amp", "bf16"], runs_dir, data_dir)
+    assert result.returncode == 2, result.stderr
+    assert "--amp: bf16 on the CPU needs native bf16 instructions" in result.stderr
+    assert "use off" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_predict_prints_the_top_classes(trained_ckpt, runs_dir, data_dir, sample, tmp_path):

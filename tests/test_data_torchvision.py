@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision.datasets as tvd
-from conftest import write_idx_dataset
+from helpers import write_idx_dataset
 
 from brnn_core import data
 from brnn_core.config import DATASET_NAMES

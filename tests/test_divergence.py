@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
-from conftest import train_run
+from helpers import train_run
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.engine import EXPLODED_FACTOR, EXPLODED_LOGS, ExplosionWatch
@@ -30,6 +31,7 @@ def test_watch_needs_several_exploded_logs_in_a_row():
     assert ExplosionWatch().limit(2) == EXPLODED_FACTOR * math.log(2)  # relative to the classes there are
 
 
+@pytest.mark.slow
 def test_sgd_at_lr_10_ends_diverged_with_what_to_change(tmp_path):
     run, state = train_run(tmp_path / "runs", tmp_path / "data", optimizer="sgd", lr=10.0, hidden_size=64,
                            epochs=2, augment="off")
@@ -49,6 +51,7 @@ def test_sgd_at_lr_10_ends_diverged_with_what_to_change(tmp_path):
     assert event["message"] == message
 
 
+@pytest.mark.slow
 def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
     run, state = train_run(tmp_path / "runs", tmp_path / "data", optimizer="sgd", lr=1.0, hidden_size=32,
                            epochs=1, augment="off")
@@ -68,6 +71,7 @@ def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
     assert run.metrics().query("split == 'train' and step > 41")["loss"].max() > 10 * LIMIT / EXPLODED_FACTOR
 
 
+@pytest.mark.slow
 def test_a_noisy_healthy_run_does_not_trip_it(tmp_path):
     """Batches of 8 and a log every step: the noisiest loss curve the config allows, and it still learns."""
     run, state = train_run(tmp_path / "runs", tmp_path / "data", hidden_size=32, batch_size=8, log_interval=1,

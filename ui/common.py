@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import streamlit as st
 
 from brnn_core.data import default_data_dir
 from brnn_core.jobs import JobRegistry
-from brnn_core.runs import ACTIVE_STATES, Run, RunError, default_runs_dir, list_runs, validate_run_id
+from brnn_core.runs import Run, RunError, default_runs_dir, list_runs, validate_run_id
+from brnn_core.states import ACTIVE_STATES, State
 
 # Streamlit's built-in Material icons and colours: they render without any emoji font.
-STATE_STYLE = {"queued": ("gray", "hourglass_empty"), "loading": ("gray", "hourglass_top"),
-               "running": ("green", "play_circle"), "paused": ("orange", "pause_circle"),
-               "stopping": ("orange", "stop_circle"), "finished": ("blue", "check_circle"),
-               "stopped": ("gray", "stop_circle"), "failed": ("red", "error"), "diverged": ("red", "trending_up"),
-               "interrupted": ("orange", "warning")}
+STATE_STYLE = {State.QUEUED: ("gray", "hourglass_empty"), State.LOADING: ("gray", "hourglass_top"),
+               State.RUNNING: ("green", "play_circle"), State.PAUSED: ("orange", "pause_circle"),
+               State.STOPPING: ("orange", "stop_circle"), State.FINISHED: ("blue", "check_circle"),
+               State.STOPPED: ("gray", "stop_circle"), State.FAILED: ("red", "error"),
+               State.DIVERGED: ("red", "trending_up"), State.INTERRUPTED: ("orange", "warning")}
 
 
 def folders() -> tuple[Path, Path]:
@@ -111,7 +111,3 @@ def show_flashes() -> None:
     box = st.container()
     for kind, message in st.session_state.pop("_flash", []):
         getattr(box, kind)(message)
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")

@@ -6,10 +6,25 @@ import streamlit as st
 import torch
 
 from brnn_core import charts
-from brnn_core.config import AUGMENT_LEVELS, LIVE_FIELDS, ConfigError, TrainConfig, resolve_augment
+from brnn_core.config import (
+    AMP_MODES,
+    AUGMENT_LEVELS,
+    HEADS,
+    LIVE_FIELDS,
+    OPTIMIZERS,
+    ConfigError,
+    TrainConfig,
+    device_choices,
+    resolve_augment,
+)
 from brnn_core.data import DATASETS, availability, default_dataset
-from brnn_core.runs import ACTIVE_STATES, Run, RunError
+from brnn_core.progress import progress_text
+from brnn_core.runs import Run, RunError
+from brnn_core.states import ACTIVE_STATES, RESUMABLE_STATES, State
 from ui.common import flash, folders, registry, run_picker, select_run, show_flashes, state_label
+from ui.navigation import ensure_navigation
+
+ensure_navigation()
 
 runs_dir, data_dir = folders()
 st.title("Train a bidirectional LSTM")
@@ -40,16 +55,6 @@ def field(name: str, widget, **kwargs):
     return value
 
 
-def devices() -> dict[str, str]:
-    options = {"auto": "auto (GPU if there is one)", "cpu": "cpu"}
-    for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        options[f"cuda:{i}"] = f"cuda:{i}: {props.name}, {props.total_memory / 2**30:.0f} GiB"
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        options["mps"] = "mps (Apple GPU)"
-    return options
-
-
 def preset(name: str, value) -> dict:
     """Widget kwargs whose starting value comes from the remembered form, not a reset default."""
     if f"w_{name}" not in st.session_state:
@@ -63,7 +68,7 @@ with left:
     if active:
         st.info(f"Run **{run.id}** is {state}. Architecture and data are fixed for it; "
                 "the learning rate, clipping, epochs and augmentation can be changed live on the right.")
-    device_options = devices()
+    device_options = device_choices()
     with st.expander("Data and device", expanded=not active):
         preset("dataset", form["dataset"])
         field("dataset", st.selectbox, label="Dataset", options=list(DATASETS), disabled=active,
@@ -77,6 +82,12 @@ with left:
         preset("val_fraction", form["val_fraction"])
         field("val_fraction", st.number_input, label="Validation fraction", step=0.05, format="%.2f",
               disabled=active)
+    with st.expander("Fine-tune on my drawings", expanded=False):
+        preset("init_from", form.get("init_from", ""))
+        field("init_from", st.text_input, label="Start from checkpoint", disabled=active,
+              placeholder="runs/<id>/checkpoints/best.pt (empty: random weights)")
+        preset("my_drawings", form.get("my_drawings", 0.0))
+        field("my_drawings", st.number_input, label="My drawings share", step=0.05, format="%.2f", disabled=active)
     with st.expander("Model", expanded=not active):
         for name, label in (("hidden_size", "Hidden size"), ("num_layers", "LSTM layers")):
             preset(name, form[name])
@@ -84,12 +95,12 @@ with left:
         preset("dropout", form["dropout"])
         field("dropout", st.number_input, label="Dropout", step=0.05, format="%.2f", disabled=active)
         preset("head", form["head"])
-        field("head", st.selectbox, label="Head", options=["bidir", "last"], disabled=active)
+        field("head", st.selectbox, label="Head", options=HEADS, disabled=active)
         if active:
             st.caption(FIXED_WHILE_RUNNING)
     with st.expander("Optimisation", expanded=not active):
         preset("optimizer", form["optimizer"])
-        field("optimizer", st.selectbox, label="Optimizer", options=["adam", "adamw", "sgd"], disabled=active)
+        field("optimizer", st.selectbox, label="Optimizer", options=OPTIMIZERS, disabled=active)
         for name, label, fmt, step in (("lr", "Learning rate", "%.5f", 0.001), ("batch_size", "Batch size", None, 10),
                                        ("epochs", "Epochs", None, 1), ("momentum", "SGD momentum", "%.3f", 0.05),
                                        ("weight_decay", "Weight decay", "%.5f", 0.0001),
@@ -107,7 +118,7 @@ with left:
             preset(name, form[name])
             field(name, st.number_input, label=label, step=1, disabled=active)
         preset("amp", form["amp"])
-        field("amp", st.selectbox, label="Mixed precision", options=["off", "bf16", "fp16"], disabled=active)
+        field("amp", st.selectbox, label="Mixed precision", options=AMP_MODES, disabled=active)
 
     try:
         config = TrainConfig.from_dict(form)
@@ -165,7 +176,7 @@ def on_apply_live(current: dict) -> None:
     flash("info", "Sent: " + ", ".join(sent) if sent else "Nothing changed.")
 
 
-can_resume_ckpt = run is not None and state in ("stopped", "interrupted") and run.last_ckpt.is_file()
+can_resume_ckpt = run is not None and state in RESUMABLE_STATES and run.last_ckpt.is_file()
 with right:
     b1, b2, b3, b4 = st.columns(4)
     if errors:
@@ -173,13 +184,13 @@ with right:
                  + ", ".join(labels.get(name, name) for name in errors))
     b1.button("Start training", type="primary", on_click=on_start, disabled=bool(errors) or active,
               help="Creates a new run and trains it in the background.", use_container_width=True)
-    b2.button("Pause", on_click=on_command, args=("pause",), disabled=state not in ("running", "loading"),
+    b2.button("Pause", on_click=on_command, args=("pause",), disabled=state not in (State.RUNNING, State.LOADING),
               use_container_width=True)
     if can_resume_ckpt:
         b3.button("Resume", on_click=on_resume_checkpoint, use_container_width=True,
                   help="Continue this run from checkpoints/last.pt.")
     else:
-        b3.button("Resume", on_click=on_command, args=("resume",), disabled=state != "paused",
+        b3.button("Resume", on_click=on_command, args=("resume",), disabled=state != State.PAUSED,
                   use_container_width=True)
     b4.button("Stop", on_click=on_command, args=("stop",), disabled=not active,
               help="Saves last.pt, then ends the run (it can be resumed).", use_container_width=True)
@@ -209,19 +220,6 @@ with right:
     log_y = o2.toggle("Log scale (loss)", value=False)
 
 
-def eta_text(s: dict) -> str:
-    done, total, elapsed = s.get("step") or 0, s.get("total_steps") or 0, s.get("elapsed_s") or 0.0
-    if not total:
-        return ""
-    rate = done / elapsed if elapsed > 0 else 0.0
-    eta = (total - done) / rate if rate > 0 else None
-    eta_s = f"{int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else "…"
-    sps = s.get("samples_per_s")
-    return (f"epoch {min((s.get('epoch') or 0) + 1, s['live']['epochs'] if s.get('live') else 1)}"
-            f"/{(s.get('live') or {}).get('epochs', '?')} · step {done}/{total}"
-            + (f" · {sps:,.0f} samples/s" if sps else "") + f" · ETA {eta_s}")
-
-
 def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool) -> list:
     """Rebuild the four figures only when metrics.csv grew or a chart option changed."""
     key = (live_run.id, len(metrics), smoothing, log_y)
@@ -245,12 +243,12 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`")
     message = s.get("message") or ""
     slot = st.empty()  # always one element here: a changing element count leaves stale copies on screen
-    if message and not (s.get("state") == "running" and message.startswith("epoch ")):  # the progress line has it
-        kind = {"failed": slot.error, "diverged": slot.error, "interrupted": slot.warning}.get(s.get("state"),
-                                                                                              slot.caption)
+    if message and not (s.get("state") == State.RUNNING and message.startswith("epoch ")):  # the progress line has it
+        kind = {State.FAILED: slot.error, State.DIVERGED: slot.error, State.INTERRUPTED: slot.warning}.get(
+            s.get("state"), slot.caption)
         kind(message)
     total = s.get("total_steps") or 0
-    st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0, text=eta_text(s) or "waiting…")
+    st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0, text=progress_text(s) or "waiting…")
     events = live_run.events()
     acks = {e.get("command"): e for e in events if e.get("command")}
     for cid, what in list(st.session_state.get("pending", {}).get(live_run.id, {}).items())[-3:]:

@@ -1,4 +1,4 @@
-"""Hardening: safe defaults. The server binds localhost with XSRF protection on; every torch.load is
+"""Safe defaults. The server binds localhost with XSRF protection on; every torch.load is
 weights_only=True; nothing builds a shell command; run ids and names from requests are validated.
 """
 
@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from test_hardening_support import REPO, app_test, fake_finished_run, texts
+from helpers import REPO, app_test, fake_finished_run, texts
 
 from brnn_core.runs import RunError, delete_run, resolve_run, validate_run_id
 
@@ -164,5 +164,5 @@ def test_a_hostile_run_in_the_url_is_ignored(tmp_path, monkeypatch, wanted):
     at.run()
     assert not at.exception, texts(at.exception)
     assert any(run.id in m for m in texts(at.markdown)), "the page did not fall back to a real run"
-    at.switch_page("app_pages/runs.py").run()
+    at.switch_page("pages/runs.py").run()
     assert not at.exception, texts(at.exception)

@@ -7,9 +7,15 @@ import streamlit as st
 
 from brnn_core import charts
 from brnn_core.data import DatasetError, load_dataset
+from brnn_core.finetune import summary_line
 from brnn_core.reports import compute_report, read_report
-from brnn_core.runs import ACTIVE_STATES, Run, RunError, delete_run, runs_table
+from brnn_core.runs import Run, RunError, delete_run, runs_table
+from brnn_core.states import ACTIVE_STATES
+from ui import drawings as my
 from ui.common import flash, folders, select_run, show_flashes, state_label
+from ui.navigation import ensure_navigation
+
+ensure_navigation()
 
 runs_dir, data_dir = folders()
 st.title("Runs")
@@ -20,12 +26,18 @@ if table.empty:
     st.stop()
 
 shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100)
+scores = [my.accuracy(Run(runs_dir / rid).best_ckpt, data_dir) for rid in table["run_id"]]  # None under 10 drawings
+shown["my_drawings_acc"] = [100 * s[0] if s else None for s in scores]
 picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
-                      column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "duration_s", "step",
+                      column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "my_drawings_acc",
+                                    "duration_s", "step",
                                     "epochs", "hidden", "layers", "head", "batch", "lr", "optimizer", "device"],
                       column_config={
                           "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
                           "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
+                          "my_drawings_acc": st.column_config.NumberColumn(
+                              "my drawings %", format="%.0f",
+                              help="best.pt on your saved drawings (Predict page), shown from 10 drawings on"),
                           "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
                           "lr": st.column_config.NumberColumn("lr", format="%g"),
                       })
@@ -75,6 +87,9 @@ with tab_report:
         classes = report["classes"]
         st.metric("Test accuracy", f"{100 * report['accuracy']:.2f}%",
                   help=f"{report.get('size', '?')} test images, {report.get('checkpoint', 'best.pt')}")
+        if report.get("my_drawings"):
+            st.markdown(f"**Your drawings** ({report['my_drawings']['train']} mixed into training, "
+                        f"×{report['my_drawings']['repeats']}): {summary_line(report['my_drawings'])}")
         r1, r2 = st.columns(2)
         r1.plotly_chart(charts.confusion_figure(report["confusion_matrix"], classes), key="confusion",
                         on_select="ignore")
@@ -109,7 +124,7 @@ with tab_files:
     st.code(str(run.path.resolve()), language=None)
     if st.button("Open on the Train page"):
         select_run(run.id)
-        st.switch_page("app_pages/train.py")
+        st.switch_page("pages/train.py")
 
     def on_delete(rid: str) -> None:
         try:

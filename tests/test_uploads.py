@@ -1,4 +1,4 @@
-"""Hardening: uploaded checkpoints are size-limited and never land outside the runs folder.
+"""Uploaded checkpoints are size-limited and never land outside the runs folder.
 
 The Predict page stores an upload with brnn_core.uploads.save_upload: under runs/.uploads, by
 content hash, whatever name the browser sent.
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_hardening_support import REPO
+from helpers import REPO
 
 from brnn_core.uploads import ALLOWED_SUFFIXES, UploadError, save_upload
 
@@ -91,7 +91,7 @@ def test_a_planted_symlink_at_the_target_name_is_replaced_not_followed(tmp_path)
 
 
 def test_the_predict_page_saves_uploads_only_through_save_upload():
-    source = (REPO / "app_pages" / "predict.py").read_text()
+    source = (REPO / "pages" / "predict.py").read_text()
     assert "from brnn_core.uploads import" in source and "save_upload(runs_dir, upload.getvalue()" in source
     assert "write_bytes" not in source and "open(" not in source, "the page writes files itself"
 
@@ -100,7 +100,7 @@ def test_streamlit_refuses_oversized_uploads_before_the_page_sees_them():
     import tomllib
 
     cfg = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
-    source = (REPO / "app_pages" / "predict.py").read_text()
+    source = (REPO / "pages" / "predict.py").read_text()
     limit = int(source.split("MAX_UPLOAD_MB = ")[1].split()[0])
     assert cfg["server"]["maxUploadSize"] <= limit, "the server accepts uploads the page then refuses"
     assert os.path.getsize(REPO / ".streamlit" / "config.toml") > 0

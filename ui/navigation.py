@@ -1,0 +1,48 @@
+"""The dashboard's pages, their labels and icons: declared once, for the entry script and the pages.
+
+Why the pages call `ensure_navigation` themselves: while a `pages/` folder exists, Streamlit 1.67
+starts every server in its classic multipage mode (`PagesManager.uses_pages_directory`, read in
+`runtime/scriptrunner/script_runner.py`: `_mpa_v1` runs in place of the entry script). The first
+`st.navigation` call switches that off for the whole process, but on a fresh server whose first
+request goes straight to `/predict`, classic mode runs `pages/predict.py` without the entry script.
+So each page first makes sure our navigation is in place: in classic mode it declares it there and
+then runs the page through it (same URL paths, so it is the page the user asked for), and stops the
+classic run; otherwise it does nothing. Running the page through our navigation matters: widgets are
+keyed by the page that runs them, and a page body keyed differently in its first run would lose the
+user's widget values on the second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    script: str  # relative to the repository root, where `streamlit run streamlit_app.py` runs
+    title: str
+    icon: str
+    default: bool = False
+
+
+PAGES = (
+    PageSpec("pages/train.py", "Train", ":material/model_training:", default=True),
+    PageSpec("pages/predict.py", "Predict", ":material/draw:"),
+    PageSpec("pages/runs.py", "Runs", ":material/table_chart:"),
+)
+
+
+def navigation():
+    """Page config and `st.navigation` over PAGES; returns the page to run."""
+    st.set_page_config(page_title="BRNN Dashboard", page_icon=":material/sync_alt:", layout="wide")
+    return st.navigation([st.Page(p.script, title=p.title, icon=p.icon, default=p.default) for p in PAGES])
+
+
+def ensure_navigation() -> None:
+    """Call first in every page: switches a fresh server's classic multipage run over to PAGES."""
+    if PagesManager.uses_pages_directory:
+        navigation().run()  # this same page, now keyed as st.navigation keys it (its call here is a no-op)
+        st.stop()  # the classic run of the page is done: the page ran once, inside navigation
