@@ -162,15 +162,7 @@ def ensure_dataset(name: str, data_dir: Path) -> None:
 
     if DATASETS[name].download_mb and find_files(name, data_dir) is None:
         print(f"{name} is not in {data_dir}: downloading {DATASETS[name].download_mb:.0f} MB", flush=True)
-        last = [0.0]
-
-        def progress(message: str) -> None:
-            if time.monotonic() - last[0] > 0.5:
-                last[0] = time.monotonic()
-                print(f"\r{message}   ", end="", flush=True)
-
-        download_dataset(name, data_dir, progress=progress)
-        print()
+        download_dataset(name, data_dir)  # torchvision draws a progress bar per file on stderr
 
 
 def load_train_config(args, data_dir: Path) -> TrainConfig:

@@ -27,7 +27,7 @@ import torch
 from .allocator import tune_malloc
 from .branch import drop_start_copy, start_branch, unstarted_branch
 from .checkpoint import CheckpointError, load_checkpoint
-from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_device
+from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_augment, resolve_device
 from .control import Controller
 from .data import DatasetError, load_dataset, split_train_val
 from .engine import FitResult, evaluate, fit, make_optimizer
@@ -155,7 +155,7 @@ def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings:
 def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
            after_epoch: Callable[[int, dict], None] | None) -> str:
     config = run.config()
-    cfg = TrainConfig.from_dict(config.get("train", {}))
+    cfg = TrainConfig.from_dict({"augment": "off", **config.get("train", {})})  # runs from before augment: off
     device = prepare_device(cfg)
     run.write_status(state=State.LOADING, message=f"loading {cfg.dataset}")
     for stale in run.checkpoint_dir.glob(".*.tmp"):  # left by a worker killed while saving; only we write here
@@ -176,7 +176,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     else:
         start = restore(run, model, optimizer, settings) if resume else Position()
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
-                  classes=splits.classes, data_source=splits.source)
+                  classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset))
     atomic_write_json(run.config_path, config)
     recorder = Recorder(run, cfg, model, optimizer, classes=splits.classes, settings=settings, start=start,
                         steps_per_epoch=math.ceil(len(splits.train_y) / cfg.batch_size), printer=printer,
@@ -213,19 +213,19 @@ def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.d
 
 # ---------------------------------------------------------------- how a run ends
 def end_diverged(run: Run, cfg: TrainConfig, settings: dict, result: FitResult) -> str:
-    """The loss blew up: keep the last finite checkpoints and say what to change."""
+    """The loss blew up (NaN, or a finite explosion): keep the last good checkpoints and say what to change."""
     saved = [p.name for p in (run.last_ckpt, run.best_ckpt) if p.is_file()]
     untrained = run.last_ckpt.is_file() and load_checkpoint(run.last_ckpt).step == 0 and len(saved) == 1
     decay = f", weight decay (now {cfg.weight_decay:g})" if cfg.weight_decay > 0 else ""
     if untrained:
         kept = "last.pt holds only the untrained starting weights (it diverged before the first save)."
     elif saved:
-        kept = (f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last finite weights "
+        kept = (f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last good weights "
                 "saved before it diverged.")
     else:
         kept = "no checkpoint was saved before it diverged."
-    message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
-               f"(now {settings['lr']:g}){decay} or turn on gradient clipping; {kept}")
+    message = (f"diverged at step {result.step}: {result.reason or 'the loss became NaN or infinite'}. Lower the "
+               f"learning rate (now {settings['lr']:g}){decay} or turn on gradient clipping; {kept}")
     run.log_event("diverged", message, step=result.step)
     run.write_status(state=State.DIVERGED, message=message, ended=time.time(), step=result.step)
     return State.DIVERGED

@@ -6,7 +6,17 @@ import streamlit as st
 import torch
 
 from brnn_core import charts
-from brnn_core.config import AMP_MODES, HEADS, LIVE_FIELDS, OPTIMIZERS, ConfigError, TrainConfig, device_choices
+from brnn_core.config import (
+    AMP_MODES,
+    AUGMENT_LEVELS,
+    HEADS,
+    LIVE_FIELDS,
+    OPTIMIZERS,
+    ConfigError,
+    TrainConfig,
+    device_choices,
+    resolve_augment,
+)
 from brnn_core.data import DATASETS, availability, default_dataset
 from brnn_core.progress import progress_text
 from brnn_core.runs import Run, RunError
@@ -58,7 +68,7 @@ with left:
     st.subheader("Hyperparameters")
     if active:
         st.info(f"Run **{run.id}** is {state}. Architecture and data are fixed for it; "
-                "the learning rate, clipping and epochs can be changed live on the right.")
+                "the learning rate, clipping, epochs and augmentation can be changed live on the right.")
     device_options = device_choices()
     with st.expander("Data and device", expanded=not active):
         preset("dataset", form["dataset"])
@@ -99,6 +109,10 @@ with left:
             preset(name, form[name])
             kwargs = {"format": fmt} if fmt else {}
             field(name, st.number_input, label=label, step=step, disabled=active, **kwargs)
+        preset("augment", form.setdefault("augment", defaults.augment))
+        field("augment", st.selectbox, label="Augmentation (training images only)", options=list(AUGMENT_LEVELS),
+              disabled=active, format_func=lambda a: f"auto: {resolve_augment(a, form['dataset'])} for this dataset"
+              if a == "auto" else a)
     with st.expander("Advanced"):
         for name, label in (("seed", "Seed"), ("log_interval", "Log every N steps"),
                             ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)")):
@@ -157,8 +171,9 @@ def on_apply_live(current: dict) -> None:
         value = st.session_state.get(f"live_{name}")
         if value is not None and value != current.get(name):
             cid = run.send_command("set", field=name, value=value)
-            st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = f"{name} → {value:g}"
-            sent.append(f"{name} → {value:g}")
+            shown = value if isinstance(value, str) else f"{value:g}"
+            st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = f"{name} → {shown}"
+            sent.append(f"{name} → {shown}")
     flash("info", "Sent: " + ", ".join(sent) if sent else "Nothing changed.")
 
 
@@ -191,12 +206,15 @@ with right:
         live = status.get("live") or {k: run.config().get("train", {}).get(k) for k in LIVE_FIELDS}
         with st.container(border=True):
             st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
-            c1, c2, c3, c4 = st.columns([2, 2, 2, 1], vertical_alignment="bottom")
+            c1, c2, c3, c5, c4 = st.columns([2, 2, 2, 2, 1], vertical_alignment="bottom")
             c1.number_input("Learning rate", value=float(live["lr"]), format="%.5f", step=0.001, key="live_lr",
                             min_value=0.0)
             c2.number_input("Gradient clipping", value=float(live["grad_clip"]), step=0.5, key="live_grad_clip",
                             min_value=0.0)
             c3.number_input("Total epochs", value=int(live["epochs"]), step=1, key="live_epochs", min_value=1)
+            aug = live.get("augment") or "off"  # a run from before augmentation existed has none
+            c5.selectbox("Augmentation", AUGMENT_LEVELS, index=AUGMENT_LEVELS.index(aug), key="live_augment",
+                         help=TrainConfig.help_for("augment"))
             c4.button("Apply", on_click=on_apply_live, args=(live,), use_container_width=True)
     elif state in ENDED_STATES:
         branch_form(run, runs_dir, data_dir, key="train_branch")
