@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 PORT ?= 8501
 
-.PHONY: run test lint bench soak clean-venv
+.PHONY: run test test-fast lint bench soak clean-venv
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest
+
+# while you work: no browser, no slow tests (markers in pyproject.toml); `make test` runs everything
+test-fast: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -m "not browser and not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

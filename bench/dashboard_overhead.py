@@ -36,9 +36,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # the browser helpers the browser tests use
+sys.path.insert(0, str(REPO / "tests"))  # the browser harness the browser tests use
 
-from browser_helpers import CHROMIUM, VIEWPORT, launch_chromium, start_server, stop_server  # noqa: E402
+from browser_server import CHROMIUM, VIEWPORT, launch_chromium, start_server, stop_server  # noqa: E402
 
 from brnn_core.runs import Run, list_runs  # noqa: E402
 

@@ -3,14 +3,13 @@
 A CPU training step of the default model allocates and frees the same few-MB buffers (LSTM
 gates and activations, their gradients) over and over. With glibc's default settings freed
 memory at the top of the heap is returned to the OS (trimmed) and buffers above the adaptive
-mmap threshold are mapped and unmapped each time, so every step touches fresh pages: up to
-10,000 page faults (40 MB zero-filled by the kernel) per step of batch 100 (how many depends on
-what the process allocated before; the worker takes about 10,000). `tune_malloc()` fixes the
-mmap threshold at 32 MB and the trim threshold at 1 GB, so the buffers are reused: the page
-faults disappear and training runs up to 1.45x faster on the same numbers (1.19x measured on
-the worker; a few percent slower in a process that would not have faulted anyway; see
-bench/README.md, "Speed work"). The cost: freed memory stays in the process until it exits
-(peak RSS +9% measured: 1,000 -> 1,087 MB for a worker run).
+mmap threshold are mapped and unmapped each time, so every step touches fresh pages that the
+kernel must zero-fill (thousands of page faults per step of batch 100; how many depends on what
+the process allocated before). `tune_malloc()` fixes the mmap threshold at 32 MB and the trim
+threshold at 1 GB, so the buffers are reused: the page faults disappear and CPU training runs
+faster on the same numbers (a few percent slower in a process that would not have faulted
+anyway). The cost: freed memory stays in the process until it exits, so the peak RSS is a little
+higher. The measurements, before and after: bench/README.md, "Speed work".
 
 Called by the training worker for CPU runs and by the benchmark. A no-op outside glibc Linux,
 when BRNN_MALLOC_TUNING=0, or when the user set glibc's own MALLOC_* variables.
@@ -50,6 +49,3 @@ def tune_malloc() -> bool:
     _applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
     return _applied
 
-
-def is_tuned() -> bool:
-    return bool(_applied)

@@ -126,7 +126,7 @@ class Controller:
         if name == "lr":
             for group in self.optimizer.param_groups:
                 group["lr"] = new
-        self.run.log_event("set", f"{name} {old:g} -> {new:g} at step {self.step}", step=self.step,
+        self.run.log_event("set", f"{name} {_show(old)} -> {_show(new)} at step {self.step}", step=self.step,
                            command=cid, field=name, old=old, new=new, source=source, **extra)
         self.run.write_status(**{**self.status_extra(), "live": dict(self.settings)})
 
@@ -141,3 +141,8 @@ class Controller:
             self.last_beat = now
             self.run.write_status(**{**self.status_extra(), "heartbeat": now, "step": self.step,
                                      "control_offset": self.offset})
+
+
+def _show(value) -> str:
+    """A live setting as the event log shows it: numbers compactly (0.001), names as they are (medium)."""
+    return value if isinstance(value, str) else f"{value:g}"

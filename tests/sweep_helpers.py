@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import REPO, cli_env
-from polling import poll
+from helpers import REPO, cli_env, wait_for
 
 from brnn_core.runs import Run
 from brnn_core.sweep.records import Sweep, list_sweeps
@@ -126,4 +125,4 @@ def wait_until(predicate, what: str, proc: subprocess.Popen, log: Path, timeout:
             raise AssertionError(f"the sweep ended (exit {proc.returncode}) before {what}:\n{tail(log)}")
         return predicate()
 
-    return poll(check, timeout, what, interval=0.5)
+    return wait_for(check, timeout, what, interval=0.5)

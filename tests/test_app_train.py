@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from app_helpers import APP, copy_run, kill_workers, wait_for, wait_for_state
+from helpers import APP, copy_run, kill_workers, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.runs import list_runs
@@ -14,7 +14,7 @@ TIMEOUT = 90  # seconds per script run: other jobs share the two cores
 
 @pytest.fixture
 def dirs(dirs):
-    """conftest's folders; workers these tests start are killed afterwards."""
+    """The shared folders fixture; workers these tests start are killed afterwards."""
     yield dirs
     kill_workers(dirs[0])
 
@@ -129,6 +129,8 @@ def test_query_param_selects_the_run(dirs, finished):
     assert any(newer.id in m.value for m in at.markdown)
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_start_pause_resume_stop_a_real_worker(dirs):
     runs_dir, _ = dirs
     at = app()
@@ -162,7 +164,7 @@ def test_start_pause_resume_stop_a_real_worker(dirs):
     at.number_input(key="live_lr").set_value(0.001)
     next(b for b in at.button if b.label == "Apply").click().run()
     assert any("Sent: lr → 0.001" in i.value for i in at.info)
-    wait_for(lambda: any(e["kind"] == "set" for e in run.events()), "the worker to apply lr")
+    wait_for(lambda: any(e["kind"] == "set" for e in run.events()), 120, "the worker to apply lr", interval=0.2)
     at.run()
     acks = [s.value for s in at.success]
     assert any("lr → 0.001: applied, lr 0.01 -> 0.001 at step" in a for a in acks), acks
@@ -183,6 +185,8 @@ def test_start_pause_resume_stop_a_real_worker(dirs):
     assert query_run(at) == run.id
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_other_sessions_see_the_active_run_and_cannot_start_another(dirs):
     runs_dir, _ = dirs
     at = app()
@@ -201,6 +205,7 @@ def test_other_sessions_see_the_active_run_and_cannot_start_another(dirs):
     assert len(list_runs(runs_dir)) == 1
 
 
+@pytest.mark.worker
 def test_start_uses_values_changed_in_the_same_rerun(dirs):
     """Typing a value and clicking Start at once: the browser sends both in one rerun, and the run must
     get the typed value, not the one the form held before."""
@@ -213,3 +218,21 @@ def test_start_uses_values_changed_in_the_same_rerun(dirs):
     run = list_runs(runs_dir)[0]
     assert run.config()["train"]["hidden_size"] == 16
     assert run.config()["train"]["epochs"] == 7
+
+
+def test_fine_tune_fields_validate_inline(dirs, finished, tmp_path):
+    """Start from checkpoint (init_from) and My drawings share (my_drawings) are form fields like the others."""
+    at = app()
+    assert at.text_input(key="w_init_from").value == "" and at.number_input(key="w_my_drawings").value == 0.0
+    at.text_input(key="w_init_from").set_value(str(tmp_path / "nope.pt")).run()
+    no_exception(at)
+    assert "no checkpoint file" in inline_error_after(at, "Start from checkpoint")
+    assert buttons(at)["Start training"] is False
+    at.text_input(key="w_init_from").set_value(str(finished.best_ckpt))
+    at.number_input(key="w_my_drawings").set_value(0.6).run()
+    assert inline_error_after(at, "Start from checkpoint") is None
+    assert "out of range" in inline_error_after(at, "My drawings share")
+    at.number_input(key="w_my_drawings").set_value(0.2).run()
+    assert not at.error and buttons(at)["Start training"] is True
+    assert at.session_state["form"]["init_from"] == str(finished.best_ckpt)
+    assert at.session_state["form"]["my_drawings"] == pytest.approx(0.2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from browser_helpers import CHROMIUM, launch_chromium, start_server, stop_server
+from browser_server import CHROMIUM, launch_chromium, start_server, stop_server
 
 try:
     from playwright.sync_api import expect, sync_playwright

@@ -13,7 +13,8 @@ import re
 import signal
 
 import pytest
-from browser_helpers import CHROMIUM, REPO, VIEWPORT, launch_chromium, screenshot, start_server, stop_server
+from browser_server import CHROMIUM, VIEWPORT, launch_chromium, screenshot, start_server, stop_server
+from helpers import REPO
 
 from brnn_core.sweep.records import list_sweeps
 from ui.common import short_id

@@ -1,18 +1,19 @@
-"""Checkpoints: exact round trips, weights_only loading, the blog's bare state_dict, resume,
-and refusing everything that is not a checkpoint (code-carrying pickles above all)."""
+"""Checkpoints: exact round trips, weights_only loading, the blog's bare state_dict, layer-by-layer shape
+checks, and resume (mid-epoch, and refused with a last.pt of another architecture).
+
+Files that must be refused (damaged, foreign, code-carrying): test_checkpoint_refusals.py.
+"""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import psutil
 import pytest
 import torch
-from conftest import make_run, wait_for
+from helpers import TINY, make_run, torch_threads, wait_for
 from torch import nn
 
 from brnn_core import cli
@@ -23,8 +24,11 @@ from brnn_core.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from brnn_core.config import LIVE_FIELDS
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.worker import run_training
+
+CLASSES = [str(i) for i in range(10)]
 
 
 def model_with(seed=0, **kw) -> BiLSTM:
@@ -121,82 +125,6 @@ def test_bare_state_dicts_that_are_not_the_blogs_model(tmp_path):
         load_checkpoint(tmp_path / "wide.pt")
 
 
-class Payload:
-    """Pickles to a call of Path(marker).touch(): loading it unsafely creates the marker file."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path(self.marker).touch, ())
-
-
-def test_code_carrying_pickle_is_refused_and_never_runs(tmp_path):
-    marker = tmp_path / "pwned"
-    path = tmp_path / "evil.pt"
-    torch.save({"model_state": {"fc.weight": torch.zeros(2, 2)}, "x": Payload(marker)}, path)
-    assert not marker.exists()
-    with pytest.raises(CheckpointError, match="refused, it holds Python objects") as info:
-        load_checkpoint(path)
-    assert str(path) in str(info.value)
-    with pytest.raises(CheckpointError, match="refused"):
-        load_checkpoint(path.read_bytes())
-    assert not marker.exists()
-    # The payload is live: an unsafe load runs it. (This is what load_checkpoint must never do.)
-    torch.load(path, weights_only=False)
-    assert marker.exists()
-
-
-@pytest.fixture
-def real_ckpt_bytes(tmp_path) -> bytes:
-    path = tmp_path / "real.pt"
-    save_checkpoint(path, model_with(), classes=[str(i) for i in range(10)])
-    return path.read_bytes()
-
-
-@pytest.mark.parametrize(("name", "make", "expected"), [
-    ("empty.pt", lambda real: b"", "the file is empty"),
-    ("half.pt", lambda real: real[: len(real) // 2], "not a readable PyTorch checkpoint, the file is truncated"),
-    ("random.pt", lambda real: os.urandom(4096), "not a"),
-    ("notes.pt", lambda real: b"these are my notes, not a checkpoint\n" * 20, "not a"),
-])
-def test_files_that_are_not_checkpoints(tmp_path, real_ckpt_bytes, name, make, expected):
-    path = tmp_path / name
-    path.write_bytes(make(real_ckpt_bytes))
-    with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path)
-    message = str(info.value)
-    assert message.startswith(f"{path}: ") and expected in message
-    assert "could run code" not in message  # damaged is not dangerous
-
-
-@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
-def test_random_bytes_never_escape_as_other_exceptions(tmp_path):
-    # The weights-only unpickler raises KeyError, IndexError, struct.error... on arbitrary bytes.
-    gen = torch.Generator().manual_seed(0)
-    for i in range(200):
-        blob = bytes(torch.randint(0, 256, (int(torch.randint(1, 300, (1,), generator=gen)),), generator=gen,
-                                   dtype=torch.uint8).tolist())
-        with pytest.raises(CheckpointError):
-            load_checkpoint(b"\x80\x02" + blob if i % 2 else blob)
-
-
-def test_other_pickled_things(tmp_path):
-    torch.save([1, 2, 3], tmp_path / "list.pt")
-    with pytest.raises(CheckpointError, match="holds a list, expected a checkpoint dict"):
-        load_checkpoint(tmp_path / "list.pt")
-    torch.save({"epoch": 3}, tmp_path / "meta.pt")
-    with pytest.raises(CheckpointError, match="a dict without model weights"):
-        load_checkpoint(tmp_path / "meta.pt")
-    with pytest.raises(CheckpointError, match="no such file"):
-        load_checkpoint(tmp_path / "missing.pt")
-    with pytest.raises(CheckpointError, match="is a folder"):
-        load_checkpoint(tmp_path)
-    torch.save({"format": FORMAT, "model_config": {"hidden_size": 8, "colour": "red"}}, tmp_path / "bad.pt")
-    with pytest.raises(CheckpointError, match="damaged header"):
-        load_checkpoint(tmp_path / "bad.pt")
-
-
 def test_shape_mismatch_names_each_layer_and_both_shapes():
     expected = model_with(hidden_size=16, num_layers=1).state_dict()
     with pytest.raises(CheckpointError) as info:  # another hidden size
@@ -235,6 +163,7 @@ RESUMABLE = {"hidden_size": 16, "num_layers": 1, "epochs": 2, "log_interval": 5,
 STEPS_PER_EPOCH = 41  # ceil(4050 / 100): mnist-sample's 4,500 digits less 10% validation
 
 
+@pytest.mark.slow
 def test_stop_mid_epoch_then_resume_continues_where_it_stopped(runs_dir, capsys):
     run = make_run(runs_dir, **RESUMABLE)
 
@@ -278,7 +207,7 @@ def test_stop_mid_epoch_then_resume_continues_where_it_stopped(runs_dir, capsys)
 def test_resume_refuses_new_settings_and_active_runs(runs_dir, capsys):
     run = make_run(runs_dir, **RESUMABLE)
     assert cli.main(["train", "--resume", str(run.path), "--set", "hidden_size=8"]) == 2
-    assert "only lr, grad_clip, epochs can change" in capsys.readouterr().err
+    assert f"only {', '.join(LIVE_FIELDS)} can change" in capsys.readouterr().err
     rival = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # a live worker, not us
     try:
         run.write_status(state="running", pid=rival.pid, pid_started=psutil.Process(rival.pid).create_time())
@@ -290,3 +219,16 @@ def test_resume_refuses_new_settings_and_active_runs(runs_dir, capsys):
     assert run.status()["state"] == "interrupted"  # its worker is gone now
     assert cli.main(["train", "--resume", "no-such-run", "--runs-dir", str(runs_dir)]) == 2
     assert "no run 'no-such-run'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_resume_with_a_last_pt_of_another_architecture_fails_naming_the_layer(tmp_path):
+    run = make_run(tmp_path / "runs", base=TINY, epochs=1)
+    save_checkpoint(run.last_ckpt, BiLSTM(ModelConfig(hidden_size=16, num_layers=1)), classes=CLASSES, step=5)
+    with torch_threads(1):
+        state = run_training(run, data_dir=tmp_path / "data", resume=True)
+    status = run.status()
+    assert state == "failed" and status["state"] == "failed", status
+    assert "last.pt does not belong to this run" in status["message"], status["message"]
+    assert "layer lstm.weight_hh_l0: expected shape (32, 8), found (64, 16)" in status["message"]
+    assert any(e["kind"] == "error" and "expected shape" in e["message"] for e in run.events())

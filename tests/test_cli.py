@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from PIL import Image
 
 from brnn_core.checkpoint import load_checkpoint
@@ -19,6 +19,8 @@ from brnn_core.data import IDX_FILES
 from brnn_core.engine import evaluate
 from brnn_core.inference import Predictor, load_image
 from brnn_core.runs import Run, list_runs
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 
 def assert_bad_input(result, *needles: str) -> None:

@@ -1,13 +1,33 @@
-"""Datasets: IDX files (plain and .gz) in torchvision's layout, their errors, mnist-sample, Fashion-MNIST, batching."""
+"""Datasets: IDX files (plain and .gz) in torchvision's layout, their errors, mnist-sample, Fashion-MNIST, batching.
+
+Damaged dataset folders (missing, truncated or mismatched IDX files) each give an error that names the
+file (or, for missing files, the folder and the files to put there), from data.load_dataset and through
+the worker: the run ends 'failed' with it.
+"""
 
 from __future__ import annotations
 
 import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import closed_port, write_idx, write_idx_dataset
+from helpers import (
+    REPO,
+    TINY,
+    free_port,
+    idx_bytes,
+    make_run,
+    torch_threads,
+    worker_env,
+    write_idx,
+    write_idx_dataset,
+)
 
 from brnn_core import data
 from brnn_core.data import (
@@ -25,6 +45,9 @@ from brnn_core.data import (
     split_train_val,
     to_input,
 )
+from brnn_core.worker import run_training
+
+TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS = IDX_FILES
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
@@ -126,7 +149,7 @@ def test_missing_files_without_download(data_dir):
 
 def test_missing_files_offline_download_fails_with_the_same_advice(data_dir, monkeypatch, dead_proxy_env):
     # Every mirror points at a localhost port with nothing listening: a real, instantly refused download.
-    port = closed_port()
+    port = free_port()
     monkeypatch.setitem(data._MIRRORS, "mnist", [f"http://127.0.0.1:{port}/a/", f"http://127.0.0.1:{port}/b/"])
     messages = []
     with pytest.raises(DatasetError) as info:
@@ -141,6 +164,7 @@ def test_unknown_dataset():
         load_dataset("cifar")
 
 
+@pytest.mark.slow
 def test_mnist_sample_has_a_fixed_balanced_test_split(sample):
     assert (len(sample.train_y), len(sample.test_y)) == (4500, 500)
     assert sample.train_x.shape == (4500, 28, 28) and sample.train_x.dtype == torch.uint8
@@ -153,6 +177,8 @@ def test_mnist_sample_has_a_fixed_balanced_test_split(sample):
 
 @pytest.mark.skipif(not (DEBIAN_FASHION_DIR / f"{IDX_FILES[0]}.gz").is_file(),
                     reason=f"Debian's dataset-fashion-mnist is not installed in {DEBIAN_FASHION_DIR}")
+
+
 def test_fashion_mnist_from_the_debian_package(data_dir):
     ds = load_dataset("fashion-mnist", data_dir, download=False)  # data_dir is empty: found in /usr/share
     assert ds.source == str(DEBIAN_FASHION_DIR) and ds.classes == FASHION_CLASSES
@@ -199,3 +225,134 @@ def test_gzip_and_plain_idx_read_identically(tmp_path):
     packed = tmp_path / "x-idx3-ubyte.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert np.array_equal(read_idx(plain), array) and np.array_equal(read_idx(packed), array)
+
+
+# ------------------------------------------------------------------ damaged dataset folders
+
+
+def write_dataset(data_dir: Path, *, gz: bool = False) -> Path:
+    """A synthetic 40 + 20 image `mnist` dataset; returns its folder."""
+    write_idx_dataset(data_dir, n_train=40, n_test=20, gz=gz)
+    return data_dir / "MNIST" / "raw"
+
+
+def _damage(folder: Path, kind: str) -> tuple[str, str]:
+    """Break the dataset in `folder`; returns (file the message must name, regex it must match)."""
+    f = lambda base: folder / base  # noqa: E731
+    if kind == "truncated-images":
+        data = f(TRAIN_IMAGES).read_bytes()
+        f(TRAIN_IMAGES).write_bytes(data[: len(data) - 1000])
+        return TRAIN_IMAGES, r"truncated or padded, \d+ bytes where the header \(40, 28, 28\) needs 31376"
+    if kind == "padded-labels":
+        f(TEST_LABELS).write_bytes(f(TEST_LABELS).read_bytes() + b"\0" * 7)
+        return TEST_LABELS, r"truncated or padded"
+    if kind == "wrong-magic":
+        data = bytearray(f(TRAIN_LABELS).read_bytes())
+        data[:4] = b"\x1f\x8b\x08\x00"
+        f(TRAIN_LABELS).write_bytes(bytes(data))
+        return TRAIN_LABELS, r"wrong magic number 1f8b0800\); expected 00000801 or 00000803"
+    if kind == "float-idx":
+        data = bytearray(f(TEST_IMAGES).read_bytes())
+        data[2] = 0x0D  # IDX type float32
+        f(TEST_IMAGES).write_bytes(bytes(data))
+        return TEST_IMAGES, r"not an IDX file of unsigned bytes"
+    if kind == "empty-file":
+        f(TEST_IMAGES).write_bytes(b"")
+        return TEST_IMAGES, r"wrong magic number empty file"
+    if kind == "label-count":
+        f(TRAIN_LABELS).write_bytes(idx_bytes(np.zeros(39, np.uint8)))
+        return TRAIN_LABELS, r"39 labels for 40 images in train-images-idx3-ubyte; the files do not belong together"
+    if kind == "swapped":
+        images, labels = f(TEST_IMAGES).read_bytes(), f(TEST_LABELS).read_bytes()
+        f(TEST_IMAGES).write_bytes(labels)
+        f(TEST_LABELS).write_bytes(images)
+        return TEST_IMAGES, r"expected 28x28 images, found shape \(20,\)"
+    if kind == "wrong-image-size":
+        f(TRAIN_IMAGES).write_bytes(idx_bytes(np.zeros((40, 20, 20), np.uint8)))
+        return TRAIN_IMAGES, r"expected 28x28 images, found shape \(40, 20, 20\)"
+    if kind == "bad-label-value":
+        f(TEST_LABELS).write_bytes(idx_bytes(np.full(20, 12, np.uint8)))
+        return TEST_LABELS, r"label 12 found, expected 0-9"
+    if kind == "absurd-header":
+        f(TRAIN_IMAGES).write_bytes(bytes([0, 0, 8, 3]) + (2**32 - 1).to_bytes(4, "big") + (28).to_bytes(4, "big")
+                                    + (28).to_bytes(4, "big") + b"\0" * 100)
+        return TRAIN_IMAGES, r"truncated or padded"
+    raise AssertionError(kind)
+
+
+PLAIN_CASES = ["truncated-images", "padded-labels", "wrong-magic", "float-idx", "empty-file", "label-count",
+               "swapped", "wrong-image-size", "bad-label-value", "absurd-header"]
+
+
+@pytest.mark.parametrize("kind", PLAIN_CASES)
+def test_damaged_idx_file_is_named(tmp_path, kind):
+    folder = write_dataset(tmp_path / "data")
+    load_dataset("mnist", tmp_path / "data", download=False)  # intact first
+    name, pattern = _damage(folder, kind)
+    with pytest.raises(DatasetError, match=pattern) as info:
+        load_dataset("mnist", tmp_path / "data", download=False)
+    assert str(folder / name) in str(info.value)
+
+
+def test_truncated_gzip_is_named(tmp_path):
+    folder = write_dataset(tmp_path / "data", gz=True)
+    path = folder / f"{TRAIN_IMAGES}.gz"
+    path.write_bytes(path.read_bytes()[:-200])
+    with pytest.raises(DatasetError, match=r"cannot read .*delete it and download again") as info:
+        load_dataset("mnist", tmp_path / "data", download=False)
+    assert str(path) in str(info.value)
+    not_gzip = folder / f"{TEST_LABELS}.gz"
+    not_gzip.write_bytes(b"plain text, not gzip")
+    with pytest.raises(DatasetError, match=str(not_gzip).replace(".", r"\.")):
+        read_idx(not_gzip)
+
+
+def test_missing_file_names_the_folder_and_the_files(tmp_path, dead_proxy_env):
+    folder = write_dataset(tmp_path / "data")
+    (folder / TRAIN_LABELS).unlink()
+    with pytest.raises(DatasetError) as info:
+        load_dataset("mnist", tmp_path / "data", download=False)
+    message = str(info.value)
+    assert str(folder.resolve()) in message and f"{TRAIN_LABELS}.gz" in message and "mnist-sample" in message
+    with pytest.raises(DatasetError, match="download failed"):
+        load_dataset("mnist", tmp_path / "data", download=True)
+
+
+@pytest.mark.parametrize("kind", ["truncated-images", "label-count", "wrong-magic", "missing"])
+def test_worker_run_on_a_damaged_dataset_ends_failed_with_the_message(tmp_path, dead_proxy_env, kind):
+    data_dir = tmp_path / "data"
+    folder = write_dataset(data_dir)
+    if kind == "missing":
+        (folder / TEST_IMAGES).unlink()
+        name, pattern = "MNIST/raw", r"mnist is not on disk and could not be downloaded"
+    else:
+        name, pattern = _damage(folder, kind)
+    run = make_run(tmp_path / "runs", base=TINY, dataset="mnist", epochs=1)
+    with torch_threads(1):
+        state = run_training(run, data_dir=data_dir)
+    status = run.status()
+    assert state == "failed" and status["state"] == "failed", status
+    assert name in status["message"] and re.search(pattern, status["message"]), status["message"]
+    assert [e["kind"] for e in run.events()][-1] == "error"
+    assert not run.last_ckpt.exists()
+
+
+@pytest.mark.worker
+@pytest.mark.slow
+def test_cli_worker_process_on_mismatched_files_fails_cleanly(tmp_path):
+    """The real `python -m brnn_core train`: exit 1, run 'failed' naming the labels file, no traceback."""
+    data_dir = tmp_path / "data"
+    folder = write_dataset(data_dir)
+    name, pattern = _damage(folder, "label-count")
+    runs_dir = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "brnn_core", "train", "--runs-dir", str(runs_dir), "--data-dir",
+                           str(data_dir), "--set", "dataset=mnist", "--set", "hidden_size=8", "--set", "epochs=1",
+                           "--set", "device=cpu"],
+                          cwd=REPO, env=worker_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    [run_dir] = [p for p in runs_dir.iterdir() if not p.name.startswith(".")]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and name in status["message"], status
+    assert re.search(pattern, status["message"])
+    assert status["message"] in proc.stdout

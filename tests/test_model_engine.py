@@ -14,7 +14,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_run, train_run, wait_for
+from helpers import make_run, train_run, wait_for
 from torch import nn
 
 from brnn_core import recorder
@@ -95,16 +95,19 @@ def test_confusion_matrix():
 
 # ------------------------------------------------------------------ the blog's bug
 class _BackwardNeedsTrainingMode(torch.autograd.Function):
-    """Identity whose backward refuses if the RNN was in eval mode at forward time, as cuDNN's does."""
+    """Identity whose backward refuses if the RNN was in eval mode at forward time, as cuDNN's does.
+
+    Like PyTorch on a GPU, the cuDNN kernel is used only while `torch.backends.cudnn.enabled`: a forward
+    pass with cuDNN switched off runs the native LSTM, whose backward works in either mode."""
 
     @staticmethod
     def forward(ctx, x, training):
-        ctx.training = training
+        ctx.refuse = not training and torch.backends.cudnn.enabled
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        if not ctx.training:
+        if ctx.refuse:
             raise RuntimeError(CUDNN_MESSAGE)
         return grad, None
 
@@ -163,6 +166,7 @@ def test_engine_trains_after_evaluate_as_the_blog_could_not(sample):
     assert result.state == "finished" and result.epoch == 2 and result.step == 8
 
 
+@pytest.mark.slow
 def test_fp16_training_scales_the_loss_and_clips_the_true_gradients(sample, monkeypatch):
     """fp16 autocast runs here on the CPU: the GradScaler code path is the one CUDA runs."""
     model = small_model()
@@ -302,6 +306,7 @@ def test_before_step_false_stops_the_epoch(sample):
 
 
 # ------------------------------------------------------------------ real training on CPU
+@pytest.mark.slow
 def test_default_config_learns_mnist_sample(runs_dir):
     # The blog's defaults (hidden 128, 2 layers, batch 100, Adam lr 0.01) with 3 epochs instead of 2.
     # Measured on CPU, test accuracy for seeds 0/1/2: 93.0/90.6/93.2% with one thread (as here) and
@@ -325,6 +330,7 @@ def test_default_config_learns_mnist_sample(runs_dir):
 REPRO = {"hidden_size": 16, "num_layers": 1, "epochs": 1, "log_interval": 4}
 
 
+@pytest.mark.slow
 def test_same_seed_same_cpu_loss_curve_different_seed_different(runs_dir):
     curves, vals = [], []
     for seed in (5, 5, 6):
@@ -344,6 +350,7 @@ DIVERGING = {"optimizer": "sgd", "lr": 10.0, "momentum": 0.9, "weight_decay": 1.
              "hidden_size": 16, "num_layers": 1}
 
 
+@pytest.mark.slow
 def test_divergence_is_reported_with_advice(runs_dir, monkeypatch):
     monkeypatch.setattr(recorder, "CHECKPOINT_EVERY_S", 1e9)  # no mid-epoch save
     run, state = train_run(runs_dir, epochs=2, log_interval=2, **DIVERGING)
@@ -362,6 +369,7 @@ def test_divergence_is_reported_with_advice(runs_dir, monkeypatch):
     assert "test" not in set(metrics.split)  # a diverged run is not evaluated on the test set
 
 
+@pytest.mark.slow
 def test_divergence_keeps_the_last_good_checkpoint(runs_dir, monkeypatch):
     """Train one sane epoch, then raise lr to 10 live: the run diverges in a later epoch and the
     checkpoints on disk still hold finite weights (also with a mid-epoch save at every log)."""

@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import psutil
 import pytest
-from conftest import wait_for
+from helpers import wait_for
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
@@ -212,6 +212,8 @@ def worker_procs():
             proc.wait(timeout=30)
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_pause_set_resume_stop_a_real_worker(runs_dir, data_dir, worker_procs, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cfg = TrainConfig(dataset="mnist-sample", device="cpu", hidden_size=16, num_layers=1, epochs=200,

@@ -10,15 +10,14 @@ from __future__ import annotations
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-from polling import poll
+from helpers import REPO, free_port
+from helpers import wait_for as poll
 from sweep_helpers import (
     TINY,
     Descendants,
@@ -213,12 +212,6 @@ def test_resume_an_interrupted_sweep(runs_dir, data_dir, tmp_path):
         assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == [1, 2, 3]
         assert not run.metrics()[["step", "split"]].duplicated().any()
     no_ray_left(watch)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_head(port: int, temp: str, log: Path) -> subprocess.Popen:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import closed_port
+from helpers import free_port as closed_port  # nothing listens there
 
 from brnn_core.cli import main
 from brnn_core.config import TrainConfig

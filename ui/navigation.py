@@ -5,11 +5,11 @@ starts every server in its classic multipage mode (`PagesManager.uses_pages_dire
 `runtime/scriptrunner/script_runner.py`: `_mpa_v1` runs in place of the entry script). The first
 `st.navigation` call switches that off for the whole process, but on a fresh server whose first
 request goes straight to `/predict`, classic mode runs `pages/predict.py` without the entry script.
-So each page first makes sure our navigation is in place: in classic mode it declares it and reruns
-(same URL paths, so the rerun, now through the entry script, runs the page the user asked for);
-otherwise it does nothing. The rerun matters: a widget drawn in the classic run has another id than
-the same widget under st.navigation, so on the next interaction its state was dropped (a fresh
-server's first request to /sweep lost every form value at the first edit).
+So each page first makes sure our navigation is in place: in classic mode it declares it there and
+then runs the page through it (same URL paths, so it is the page the user asked for), and stops the
+classic run; otherwise it does nothing. Running the page through our navigation matters: widgets are
+keyed by the page that runs them, and a page body keyed differently in its first run would lose the
+user's widget values on the second.
 """
 
 from __future__ import annotations
@@ -45,5 +45,5 @@ def navigation():
 def ensure_navigation() -> None:
     """Call first in every page: switches a fresh server's classic multipage run over to PAGES."""
     if PagesManager.uses_pages_directory:
-        navigation()
-        st.rerun()  # run the page again under st.navigation, so its widgets keep their state from then on
+        navigation().run()  # this same page, now keyed as st.navigation keys it (its call here is a no-op)
+        st.stop()  # the classic run of the page is done: the page ran once, inside navigation

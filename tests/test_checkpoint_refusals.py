@@ -1,4 +1,4 @@
-"""Hardening: damaged, foreign and malicious checkpoint files.
+"""Checkpoint files that must be refused: damaged, foreign and malicious ones.
 
 Each bad file must give a message that says what is wrong (for a shape mismatch: which layer,
 expected and found shapes) through load_checkpoint/Predictor, the CLI (exit 2, no traceback)
@@ -20,14 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import REPO, TINY, app_test, make_run, texts, worker_env
 from PIL import Image
-from test_hardening_support import REPO, app_test, make_run, texts, torch_threads, worker_env
 
-from brnn_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from brnn_core.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from brnn_core.cli import main
 from brnn_core.inference import Predictor
 from brnn_core.model import BiLSTM, ModelConfig
-from brnn_core.worker import run_training
 from ui.common import short_id
 
 CLASSES = [str(i) for i in range(10)]
@@ -160,6 +159,8 @@ def test_evaluate_refuses_a_checkpoint_with_another_class_count(good, tmp_path, 
 
 
 @pytest.mark.parametrize("name", ["truncated", "other-hidden-size"])
+@pytest.mark.worker
+@pytest.mark.slow
 def test_cli_subprocess_gives_message_not_traceback(bad_files, digit_png, tmp_path, name):
     path, pattern = bad_files[name]
     args = ["evaluate", str(path), "--dataset", "mnist-sample"] if name == "other-hidden-size" \
@@ -171,7 +172,65 @@ def test_cli_subprocess_gives_message_not_traceback(bad_files, digit_png, tmp_pa
     assert re.search(pattern, proc.stderr), proc.stderr
 
 
+# ------------------------------------------------------------------ not checkpoints at all
+
+
+@pytest.fixture
+def real_ckpt_bytes(tmp_path) -> bytes:
+    path = tmp_path / "real.pt"
+    torch.manual_seed(0)
+    save_checkpoint(path, BiLSTM(ModelConfig(hidden_size=8, num_layers=2)), classes=CLASSES)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(("name", "make", "expected"), [
+    ("empty.pt", lambda real: b"", "the file is empty"),
+    ("half.pt", lambda real: real[: len(real) // 2], "not a readable PyTorch checkpoint, the file is truncated"),
+    ("random.pt", lambda real: os.urandom(4096), "not a"),
+    ("notes.pt", lambda real: b"these are my notes, not a checkpoint\n" * 20, "not a"),
+])
+
+
+def test_files_that_are_not_checkpoints(tmp_path, real_ckpt_bytes, name, make, expected):
+    path = tmp_path / name
+    path.write_bytes(make(real_ckpt_bytes))
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and expected in message
+    assert "could run code" not in message  # damaged is not dangerous
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_random_bytes_never_escape_as_other_exceptions(tmp_path):
+    # The weights-only unpickler raises KeyError, IndexError, struct.error... on arbitrary bytes.
+    gen = torch.Generator().manual_seed(0)
+    for i in range(200):
+        blob = bytes(torch.randint(0, 256, (int(torch.randint(1, 300, (1,), generator=gen)),), generator=gen,
+                                   dtype=torch.uint8).tolist())
+        with pytest.raises(CheckpointError):
+            load_checkpoint(b"\x80\x02" + blob if i % 2 else blob)
+
+
+def test_other_pickled_things(tmp_path):
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="holds a list, expected a checkpoint dict"):
+        load_checkpoint(tmp_path / "list.pt")
+    torch.save({"epoch": 3}, tmp_path / "meta.pt")
+    with pytest.raises(CheckpointError, match="a dict without model weights"):
+        load_checkpoint(tmp_path / "meta.pt")
+    with pytest.raises(CheckpointError, match="no such file"):
+        load_checkpoint(tmp_path / "missing.pt")
+    with pytest.raises(CheckpointError, match="is a folder"):
+        load_checkpoint(tmp_path)
+    torch.save({"format": FORMAT, "model_config": {"hidden_size": 8, "colour": "red"}}, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match="damaged header"):
+        load_checkpoint(tmp_path / "bad.pt")
+
+
 # ------------------------------------------------------------------ pickles that run code
+
+
 class _Touch:
     def __init__(self, marker: Path):
         self.marker = str(marker)
@@ -217,6 +276,22 @@ PAYLOADS = ["torch.save-path-touch", "torch.save-os-system", "torch.save-eval", 
             "pickle-protocol-5", "legacy-torch-format"]
 
 
+def test_code_carrying_pickle_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save({"model_state": {"fc.weight": torch.zeros(2, 2)}, "x": _Touch(marker)}, path)
+    assert not marker.exists()
+    with pytest.raises(CheckpointError, match="refused, it holds Python objects") as info:
+        load_checkpoint(path)
+    assert str(path) in str(info.value)
+    with pytest.raises(CheckpointError, match="refused"):
+        load_checkpoint(path.read_bytes())
+    assert not marker.exists()
+    # The payload is live: an unsafe load runs it. (This is what load_checkpoint must never do.)
+    torch.load(path, weights_only=False)
+    assert marker.exists()
+
+
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 @pytest.mark.parametrize("kind", PAYLOADS)
 def test_code_carrying_pickles_are_refused_without_running(tmp_path, digit_png, capsys, kind):
@@ -235,6 +310,8 @@ def test_code_carrying_pickles_are_refused_without_running(tmp_path, digit_png, 
     assert not marker.exists(), "loading the file ran its code"
 
 
+@pytest.mark.worker
+@pytest.mark.slow
 def test_code_carrying_pickle_refused_by_the_cli_subprocess(tmp_path, digit_png):
     marker = tmp_path / "PWNED"
     path = tmp_path / "evil.pt"
@@ -247,19 +324,6 @@ def test_code_carrying_pickle_refused_by_the_cli_subprocess(tmp_path, digit_png)
     assert not marker.exists()
 
 
-# ------------------------------------------------------------------ a resumed run with a foreign last.pt
-def test_resume_with_a_last_pt_of_another_architecture_fails_naming_the_layer(tmp_path):
-    run = make_run(tmp_path / "runs", epochs=1)
-    save_checkpoint(run.last_ckpt, BiLSTM(ModelConfig(hidden_size=16, num_layers=1)), classes=CLASSES, step=5)
-    with torch_threads(1):
-        state = run_training(run, data_dir=tmp_path / "data", resume=True)
-    status = run.status()
-    assert state == "failed" and status["state"] == "failed", status
-    assert "last.pt does not belong to this run" in status["message"], status["message"]
-    assert "layer lstm.weight_hh_l0: expected shape (32, 8), found (64, 16)" in status["message"]
-    assert any(e["kind"] == "error" and "expected shape" in e["message"] for e in run.events())
-
-
 # ------------------------------------------------------------------ the Predict page
 UI_CASES = ["empty", "random-bytes", "truncated", "other-hidden-size", "missing-key", "header-hidden-0"]
 
@@ -267,20 +331,21 @@ UI_CASES = ["empty", "random-bytes", "truncated", "other-hidden-size", "missing-
 def test_predict_page_shows_an_error_for_each_bad_checkpoint(bad_files, good, tmp_path, monkeypatch):
     """Bad files planted as runs' best.pt, so the page's own picker offers them; then a code pickle."""
     runs_dir = tmp_path / "runs"
-    labels = {}
+    labels, paths = {}, {}
     for name in UI_CASES:
-        run = make_run(runs_dir, epochs=1)
+        run = make_run(runs_dir, base=TINY, epochs=1)
         run.best_ckpt.write_bytes(bad_files[name][0].read_bytes())
         labels[short_id(run.id)] = name  # the picker labels runs by time, dataset and suffix
+        paths[short_id(run.id)] = str(run.best_ckpt)
     at = app_test(monkeypatch, runs_dir, page="pages/predict.py")
     at.run()
     assert not at.exception, texts(at.exception)
     picker = at.sidebar.selectbox(key="ckpt_choice")
     seen = set()
-    for option in picker.options:
+    for option in picker.options:  # options show labels; the values are the files' paths
         run_id = option.split(" · ")[0]
         name = labels[run_id]
-        at.sidebar.selectbox(key="ckpt_choice").select(option).run()
+        at.sidebar.selectbox(key="ckpt_choice").select(paths[run_id]).run()
         assert not at.exception, (name, texts(at.exception))
         errors = texts(at.error)
         assert any("cannot be used" in e and re.search(bad_files[name][1], e) for e in errors), \
@@ -292,7 +357,7 @@ def test_predict_page_shows_an_error_for_each_bad_checkpoint(bad_files, good, tm
 def test_predict_page_refuses_a_code_pickle_without_running_it(tmp_path, monkeypatch):
     runs_dir = tmp_path / "runs"
     marker = tmp_path / "PWNED"
-    run = make_run(runs_dir, epochs=1)
+    run = make_run(runs_dir, base=TINY, epochs=1)
     run.best_ckpt.write_bytes(payloads(marker)["torch.save-path-touch"])
     at = app_test(monkeypatch, runs_dir, page="pages/predict.py")
     at.run()
@@ -303,6 +368,8 @@ def test_predict_page_refuses_a_code_pickle_without_running_it(tmp_path, monkeyp
 
 @pytest.mark.parametrize("kind", ["torch.save-path-touch", "torch.save-os-system", "pickle-protocol-2",
                                   "pickle-protocol-5"])
+
+
 def test_the_payloads_are_live(tmp_path, kind):
     """Control: a plain unpickler does run each payload, so the refusals above are not vacuous."""
     import zipfile

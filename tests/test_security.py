@@ -1,4 +1,4 @@
-"""Hardening: safe defaults. The server binds localhost with XSRF protection on; every torch.load is
+"""Safe defaults. The server binds localhost with XSRF protection on; every torch.load is
 weights_only=True; nothing builds a shell command; run ids and names from requests are validated.
 """
 
@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from test_hardening_support import REPO, app_test, fake_finished_run, texts
+from helpers import REPO, app_test, fake_finished_run, texts
 
 from brnn_core.runs import RunError, delete_run, resolve_run, validate_run_id
 

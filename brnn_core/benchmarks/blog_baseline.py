@@ -1,10 +1,11 @@
 """A faithful copy of the blog script's data path, model and loops: the benchmark's baseline.
 
-The blog (see /work/shared/seed) trains with torchvision's MNIST dataset, which hands out one
-PIL image per sample, `transforms.ToTensor()` on each, a `DataLoader(batch_size=100,
-shuffle=True)` without workers, a model that builds its zero states by hand and classifies
-from `out[:, -1, :]`, and `loss.item()` after every step (a host sync on a GPU). It
-evaluates through a DataLoader of batch 100 with `loss.item()` per batch.
+The blog post this project grew from ("cudnn RNN backward can only be called in training
+mode"; its BRNN demo script is kept in the project's shared seed folder) trains with
+torchvision's MNIST dataset, which hands out one PIL image per sample, `transforms.ToTensor()`
+on each, a `DataLoader(batch_size=100, shuffle=True)` without workers, a model that builds its
+zero states by hand and classifies from `out[:, -1, :]`, and `loss.item()` after every step (a
+host sync on a GPU). It evaluates through a DataLoader of batch 100 with `loss.item()` per batch.
 
 Only two things differ from the script, neither of which changes what is computed or how fast:
 - `model.train()` at the start of each epoch, the fix the blog itself applies (without it the

@@ -1,4 +1,4 @@
-"""Hardening: the worker SIGKILLed at random moments, and the dashboard server restarted mid-run.
+"""the worker SIGKILLed at random moments, and the dashboard server restarted mid-run.
 
 These are the slowest hardening tests (tens of seconds); they run in `make test` like the rest.
 Set BRNN_KILL_SEED to replay one sequence of kill times (the seed is printed on failure).
@@ -18,8 +18,10 @@ import urllib.request
 from pathlib import Path
 
 import pandas as pd
-from test_hardening_support import (
+import pytest
+from helpers import (
     REPO,
+    TINY,
     app_test,
     free_port,
     kill_pid,
@@ -29,7 +31,7 @@ from test_hardening_support import (
     stop_process,
     texts,
     tiny_config,
-    wait_until,
+    wait_for,
     worker_env,
     worker_environ,
 )
@@ -37,6 +39,8 @@ from test_hardening_support import (
 from brnn_core import jobs
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.runs import METRIC_COLUMNS, Run, list_runs, read_run, runs_table
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 KILLS = 20
 
@@ -87,7 +91,7 @@ def test_sigkill_at_random_moments_then_resume_20_times(tmp_path, zygote, idx_da
     seed = int(os.environ.get("BRNN_KILL_SEED") or time.time_ns() % 2**32)
     rng = random.Random(seed)
     runs_dir = tmp_path / "runs"
-    run = make_run(runs_dir, dataset="mnist")
+    run = make_run(runs_dir, base=TINY, dataset="mnist")
     log = run.path / "worker.log"
     resume_argv = ["train", "--run-dir", run.path, "--resume", run.path, "--data-dir", idx_data]
     ckpt_step: int | None = None
@@ -111,7 +115,7 @@ def test_sigkill_at_random_moments_then_resume_20_times(tmp_path, zygote, idx_da
                 # which must show that a spawned worker resumes)
                 early = proc is None and rng.random() < 0.2
                 if not early:
-                    wait_until(lambda b=before, p=pid: (rows_added(b, metric_lines(run))
+                    wait_for(lambda b=before, p=pid: (rows_added(b, metric_lines(run))
                                                         and run.raw_status().get("pid") == p) or not pid_alive(p),
                                300, f"cycle {cycle}: the worker to train (seed {seed})")
                     assert pid_alive(pid), f"cycle {cycle}: the worker exited: {log.read_text()[-2000:]}"
@@ -126,7 +130,7 @@ def test_sigkill_at_random_moments_then_resume_20_times(tmp_path, zygote, idx_da
                     kill_pid(pid)
                     rc = zygote.wait(pid, timeout=60)
             assert rc == -signal.SIGKILL, f"cycle {cycle}: the worker ended by itself (rc {rc}) before the kill"
-            wait_until(lambda p=pid: not pid_alive(p), 60, "the killed worker to vanish")
+            wait_for(lambda p=pid: not pid_alive(p), 60, "the killed worker to vanish")
             new_step = assert_reads_cleanly(run)
             new_rows = rows_added(before, metric_lines(run))
             if new_rows:
@@ -147,7 +151,7 @@ def test_sigkill_at_random_moments_then_resume_20_times(tmp_path, zygote, idx_da
     before = metric_lines(run)
     pid = zygote.fork(resume_argv, log)
     try:
-        wait_until(lambda: rows_added(before, metric_lines(run)) or not pid_alive(pid), 300, "the final resume")
+        wait_for(lambda: rows_added(before, metric_lines(run)) or not pid_alive(pid), 300, "the final resume")
         run.send_command("stop")
         assert zygote.wait(pid, timeout=300) == 0, log.read_text()[-2000:]
     finally:
@@ -182,7 +186,7 @@ def http_get(url: str) -> tuple[int, str]:
 
 
 def wait_healthy(port: int, server: subprocess.Popen, log: Path) -> None:
-    wait_until(lambda: http_get(f"http://127.0.0.1:{port}/_stcore/health") == (200, "ok") or server.poll() is not None,
+    wait_for(lambda: http_get(f"http://127.0.0.1:{port}/_stcore/health") == (200, "ok") or server.poll() is not None,
                240, f"the dashboard on port {port} to answer /_stcore/health", interval=0.25)
     assert server.poll() is None, log.read_text()[-3000:]
 
@@ -199,7 +203,7 @@ def test_dashboard_restart_shows_the_true_state_of_a_live_run(tmp_path, idx_data
             run, proc = jobs.start_worker(runs_dir, tiny_config(dataset="mnist"), data_dir=idx_data)
             wait_healthy(port, server, log)
             assert http_get(f"http://127.0.0.1:{port}/")[0] == 200
-            wait_until(lambda: run.raw_status().get("state") == "running" and metric_lines(run), 300,
+            wait_for(lambda: run.raw_status().get("state") == "running" and metric_lines(run), 300,
                        "the worker to train")
 
             server.send_signal(signal.SIGKILL)  # the server dies without any clean-up
@@ -211,7 +215,7 @@ def test_dashboard_restart_shows_the_true_state_of_a_live_run(tmp_path, idx_data
             server2 = start_server(port2, runs_dir, idx_data, log)
             wait_healthy(port2, server2, log)
             rows = len(metric_lines(run))
-            wait_until(lambda: len(metric_lines(run)) > rows, 120, "the worker to keep training")
+            wait_for(lambda: len(metric_lines(run)) > rows, 120, "the worker to keep training")
             assert run.status()["state"] == "running"
             assert runs_table(runs_dir).set_index("run_id").loc[run.id, "state"] == "running"
 

@@ -1,4 +1,4 @@
-"""Hardening: uploaded checkpoints are size-limited and never land outside the runs folder.
+"""Uploaded checkpoints are size-limited and never land outside the runs folder.
 
 The Predict page stores an upload with brnn_core.uploads.save_upload: under runs/.uploads, by
 content hash, whatever name the browser sent.
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_hardening_support import REPO
+from helpers import REPO
 
 from brnn_core.uploads import ALLOWED_SUFFIXES, UploadError, save_upload
 

@@ -1,0 +1,159 @@
+"""Each side of a comparison in a fresh Python process of its own (`Child`), and that process's end (`serve`).
+
+The child is `python -m brnn_core bench --serve KIND`: an internal option of the suite's CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from ..allocator import tune_malloc
+from ..data import load_dataset
+from .sides import BlogEvaluator, BlogTrainer, EngineEvaluator, EngineTrainer, Trainer
+
+CHECKOUT = Path(__file__).resolve().parents[2]  # the folder brnn_core/ sits in: the child imports it from there
+
+
+class Child:
+    """One benchmark side in its own fresh Python process, driven one request at a time over a pipe.
+
+    Every side of a training or evaluation comparison runs in a child of its own, so that each
+    gets a fresh process as a real run does: the blog script in a plain one, brnn_core's engine
+    with glibc's allocator tuned as the training worker tunes it (brnn_core.allocator), and
+    process history (heap state, caches) favours neither side. The parent sends one request at a
+    time and waits for the answer, so the sides run strictly one after the other (A B A B ...),
+    never at the same time.
+
+    kind: "engine" or "blog" (training steps), "engine-eval" or "blog-eval" (a whole test set).
+    spec: EngineTrainer settings (hidden_size, batch_size, log_interval) and eval_dataset.
+    """
+
+    def __init__(self, kind: str, device: torch.device, *, tuned: bool, spec: dict | None = None):
+        self.kind = kind
+        cmd = [sys.executable, "-m", "brnn_core", "bench", "--serve", kind, "--device", str(device),
+               "--threads", str(torch.get_num_threads()), "--serve-spec", json.dumps(spec or {})]
+        env = {**os.environ, "BRNN_MALLOC_TUNING": "1" if tuned else "0", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                     cwd=CHECKOUT)
+        self.info: dict | None = None
+        self.faults: list[float] = []  # page faults per step of each timed training request
+
+    def ready(self) -> Child:
+        if self.info is None:
+            self.info = self._read()
+        return self
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"benchmark child {self.kind} ended (exit code {self.proc.wait()})")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"benchmark child {self.kind}: {reply['error']}")
+        return reply
+
+    def call(self, op: str, **args) -> dict:
+        self.ready()
+        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def samples_per_s(self, steps: int) -> float:
+        reply = self.call("train", steps=steps)
+        self.faults.append(reply.get("faults_per_step", 0.0))
+        return reply["samples"] / reply["seconds"]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextlib.contextmanager
+def children(specs: dict[str, tuple]) -> Iterator[dict[str, Child]]:
+    """Start every child at once (they load in parallel), wait until all are ready, close them at the end."""
+    started: dict[str, Child] = {}
+    try:
+        for name, (kind, device, tuned, spec) in specs.items():
+            started[name] = Child(kind, device, tuned=tuned, spec=spec)
+        for child in started.values():
+            child.ready()
+        yield started
+    finally:
+        for child in started.values():
+            child.close()
+
+
+def minor_faults() -> int:
+    """Page faults this process has taken so far (0 where `resource` is missing)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def make_side(kind: str, device: torch.device, spec: dict) -> Trainer | EngineEvaluator | BlogEvaluator:
+    """The trainer or evaluator a child of this kind serves, on its dataset."""
+    if kind in ("engine", "blog"):
+        ds = load_dataset("mnist-sample", download=False)
+        if kind == "engine":
+            return EngineTrainer(ds.train_x, ds.train_y, device, hidden_size=spec.get("hidden_size"),
+                                 batch_size=spec.get("batch_size"), log_interval=spec.get("log_interval"))
+        return BlogTrainer(ds.train_x, ds.train_y, device)
+    if kind in ("engine-eval", "blog-eval"):
+        test = load_dataset(spec.get("eval_dataset") or "mnist-sample", download=False)
+        if kind == "engine-eval":
+            return EngineEvaluator(test.test_x, test.test_y, device, amp=spec.get("amp", "off"))
+        return BlogEvaluator(test.test_x, test.test_y, device)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def answer(kind: str, side, req: dict) -> dict:
+    """One request -> its reply: `train` for a trainer, `eval` for an evaluator."""
+    if req["op"] == "train" and isinstance(side, Trainer):
+        faults0 = minor_faults()
+        samples, seconds = side.run(req["steps"])
+        return {"samples": samples, "seconds": seconds,
+                "faults_per_step": (minor_faults() - faults0) / max(1, req["steps"])}
+    if req["op"] == "eval" and not isinstance(side, Trainer):
+        return side.run(warmup=bool(req.get("warmup")))
+    return {"error": f"a {kind} child cannot do {req['op']!r}"}
+
+
+def serve(kind: str, device: torch.device, spec: dict) -> int:
+    """The child's end of `Child`: one JSON request per stdin line, one JSON reply per stdout line."""
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing but replies may reach the pipe
+
+    def reply(obj: dict) -> None:
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
+    tuned = device.type == "cpu" and tune_malloc()  # a no-op unless BRNN_MALLOC_TUNING allows it
+    try:
+        side = make_side(kind, device, spec)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        reply({"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    reply({"ready": True, "kind": kind, "malloc_tuned": tuned})
+    for line in sys.stdin:
+        try:
+            reply(answer(kind, side, json.loads(line)))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            reply({"error": f"{type(exc).__name__}: {exc}"})
+    return 0

@@ -1,0 +1,328 @@
+"""Plain helper functions for the tests (fixtures live in conftest.py; pytest finds them by itself).
+
+Everything here works on CPU, on temporary folders, with tiny models and real files: the tests never
+touch ./runs or ./data and never reach the internet (subprocesses get a refused localhost proxy).
+Worker processes get one torch thread: on a small, busy machine two OpenMP threads per process make
+a training step many times slower (the threads spin against each other and against other processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from brnn_core.config import TrainConfig
+from brnn_core.data import IDX_FILES
+from brnn_core.jobs import new_run_config
+from brnn_core.runs import Run, create_run, list_runs
+from brnn_core.worker import run_training
+
+REPO = Path(__file__).resolve().parent.parent
+APP = REPO / "streamlit_app.py"
+THREADS = 1  # torch threads in the test process and in every worker it starts (see the module docstring)
+
+# The session's trained model (conftest's `finished`) and the runs that fine-tune like it.
+SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
+
+# A run that never finishes by itself: 8 steps an epoch (so last.pt and best.pt are rewritten about
+# every 8 steps), a metrics row every step, a status rewrite every step.
+TINY = {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "batch_size": 512,
+        "log_interval": 1, "epochs": 1000, "eval_batch_size": 500}
+
+
+# ------------------------------------------------------------------ waiting
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
+    """Poll `predicate()` until it returns something truthy (returned); fail naming `what` after `timeout` s.
+
+    Waiting on state instead of sleeping keeps the tests free of wall-clock assumptions.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def wait_for_state(run: Run, states: str | tuple[str, ...], timeout: float = 120.0) -> dict:
+    """The run's status once its state is one of `states`."""
+    states = (states,) if isinstance(states, str) else states
+    return wait_for(lambda: (s := run.status()).get("state") in states and s,
+                    timeout, f"run {run.id} to be {'/'.join(states)} (is {run.status().get('state')})", 0.2)
+
+
+# ------------------------------------------------------------------ network and environment
+def free_port() -> int:
+    """A localhost port with nothing listening: connections are refused at once until someone binds it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def refused_proxy() -> str:
+    """A proxy URL on a refused localhost port: whatever honours it never reaches the internet."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    """Environment for `python -m brnn_core` subprocesses: one CPU thread, no GPU, no internet."""
+    env = dict(os.environ)
+    proxy = refused_proxy()
+    env.update(OMP_NUM_THREADS=str(THREADS), MKL_NUM_THREADS=str(THREADS), CUDA_VISIBLE_DEVICES="",
+               BRNN_PROGRESS="plain", PYTHONUNBUFFERED="1",
+               http_proxy=proxy, https_proxy=proxy, HTTP_PROXY=proxy, HTTPS_PROXY=proxy)
+    env.pop("no_proxy", None)
+    env.pop("NO_PROXY", None)
+    env.update(extra)
+    return env
+
+
+def cli_env(runs_dir: Path, data_dir: Path) -> dict[str, str]:
+    """worker_env with the runs and data folders the CLI reads from the environment."""
+    return worker_env(BRNN_RUNS_DIR=str(runs_dir), BRNN_DATA_DIR=str(data_dir))
+
+
+@contextlib.contextmanager
+def worker_environ(monkeypatch):
+    """Make jobs.spawn_worker (which copies os.environ) start one-thread, offline workers."""
+    for key, value in worker_env().items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    for key in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    yield
+
+
+@contextlib.contextmanager
+def torch_threads(n: int = THREADS):
+    """torch.set_num_threads(n) for the block, restoring the previous setting."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_cli(args: list[str], runs_dir: Path, data_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m brnn_core ARGS` in a subprocess on these folders; its output captured."""
+    return subprocess.run([sys.executable, "-m", "brnn_core", *map(str, args)], cwd=REPO,
+                          env=cli_env(runs_dir, data_dir), capture_output=True, text=True, timeout=timeout)
+
+
+# ------------------------------------------------------------------ IDX files
+def idx_bytes(array: np.ndarray, *, magic: bytes | None = None) -> bytes:
+    """An IDX file of unsigned bytes: 00 00 08 ndim, big-endian dims, then the data."""
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    header = magic if magic is not None else bytes([0, 0, 0x08, array.ndim])
+    return header + b"".join(int(d).to_bytes(4, "big") for d in array.shape) + array.tobytes()
+
+
+def write_idx(path: Path, array: np.ndarray, *, magic: bytes | None = None) -> Path:
+    """Write `array` as IDX; gzip-compressed when the name ends in .gz."""
+    blob = idx_bytes(array, magic=magic)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(blob) if path.suffix == ".gz" else blob)
+    return path
+
+
+def write_idx_dataset(root: Path, *, n_train: int = 30, n_test: int = 10, gz: bool = True,
+                      folder: str = "MNIST/raw", seed: int = 0) -> dict[str, np.ndarray]:
+    """Four synthetic IDX files in torchvision's layout (root/MNIST/raw/...); returns what was written."""
+    rng = np.random.default_rng(seed)
+    arrays = {
+        IDX_FILES[0]: rng.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
+        IDX_FILES[1]: rng.integers(0, 10, n_train, dtype=np.uint8),
+        IDX_FILES[2]: rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
+        IDX_FILES[3]: rng.integers(0, 10, n_test, dtype=np.uint8),
+    }
+    for base, array in arrays.items():
+        write_idx(root / folder / (base + (".gz" if gz else "")), array)
+    return arrays
+
+
+def write_sample_as_idx(data_dir: Path) -> Path:
+    """The real mnist-sample digits written as an IDX `mnist` dataset: workers then load it in milliseconds
+    through data.read_idx (mnist-sample itself is parsed from CSV, seconds per worker start)."""
+    from brnn_core.data import load_dataset
+
+    ds = load_dataset("mnist-sample")
+    arrays = (ds.train_x.numpy(), ds.train_y.numpy(), ds.test_x.numpy(), ds.test_y.numpy())
+    for base, array in zip(IDX_FILES, arrays, strict=True):
+        write_idx(Path(data_dir) / "MNIST" / "raw" / base, array)
+    return Path(data_dir)
+
+
+# ------------------------------------------------------------------ runs
+def tiny_config(**overrides) -> TrainConfig:
+    """TINY + overrides."""
+    return TrainConfig.from_dict({**TINY, **overrides})
+
+
+def make_run(runs_dir: Path, data_dir: Path | None = None, *, base: dict | None = None, **overrides) -> Run:
+    """A complete, queued run directory (no worker started): `base` + overrides.
+
+    base: TrainConfig's defaults on CPU and mnist-sample unless given (TINY for a run that is cheap to
+    train and never ends by itself).
+    """
+    cfg = TrainConfig.from_dict({**(base or {"dataset": "mnist-sample", "device": "cpu"}), **overrides})
+    return create_run(runs_dir, new_run_config(cfg, data_dir or runs_dir))
+
+
+def train_run(runs_dir: Path, data_dir: Path | None = None, **overrides) -> tuple[Run, str]:
+    """Create a run (see make_run) and train it in this process; returns it and its final state."""
+    run = make_run(runs_dir, data_dir, **overrides)
+    return run, run_training(run, data_dir=data_dir or runs_dir)
+
+
+def fake_finished_run(runs_dir: Path, **overrides) -> Run:
+    """A finished-looking run with metrics, events and a real (untrained) checkpoint; no training."""
+    from brnn_core.checkpoint import save_checkpoint
+    from brnn_core.model import BiLSTM, ModelConfig
+
+    run = make_run(runs_dir, base=TINY, epochs=1, **overrides)
+    run.log_metric(step=8, epoch=1.0, split="train", loss=2.2, lr=0.01, samples_per_s=1000.0, elapsed_s=1.0)
+    run.log_metric(step=8, epoch=1, split="val", loss=2.1, accuracy=0.3, lr=0.01, elapsed_s=1.2)
+    run.log_event("finished", "finished: test accuracy 30.00% (500 images)", step=8)
+    save_checkpoint(run.best_ckpt, BiLSTM(ModelConfig(hidden_size=8, num_layers=1)),
+                    classes=[str(i) for i in range(10)], step=8, epoch=1)
+    run.write_status(state="finished", message="finished: test accuracy 30.00% (500 images)", step=8,
+                     ended=time.time())
+    return run
+
+
+def copy_run(run: Run, runs_dir: Path, run_id: str | None = None) -> Run:
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    target = runs_dir / (run_id or run.id)
+    shutil.copytree(run.path, target)
+    return Run(target)
+
+
+def metric_lines(run: Run) -> list[bytes]:
+    """metrics.csv data rows as raw lines (header excluded)."""
+    return run.metrics_path.read_bytes().splitlines()[1:]
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """sha256 of every file under root (relative path -> digest), to prove runs were left untouched."""
+    out = {}
+    for path in sorted(Path(root).rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+# ------------------------------------------------------------------ training from the CLI
+def start_cli_training(runs_dir: Path, data_dir: Path, *settings: str, log: Path | None = None) -> subprocess.Popen:
+    """`python -m brnn_core train --set ...` into runs_dir, in the background (see finish_cli_training)."""
+    env = {**os.environ, "BRNN_RUNS_DIR": str(runs_dir), "BRNN_DATA_DIR": str(data_dir), "BRNN_PROGRESS": "plain"}
+    args = [a for s in settings for a in ("--set", s)]
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - the child holds it
+    try:
+        return subprocess.Popen([sys.executable, "-m", "brnn_core", "train", *args], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    finally:
+        if log:
+            out.close()
+
+
+def finish_cli_training(proc: subprocess.Popen, runs_dir: Path, timeout: float = 900) -> Run:
+    """Wait for a start_cli_training process; returns its (finished) run."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    runs = list_runs(runs_dir)
+    assert proc.returncode == 0 and len(runs) == 1, f"training failed (exit {proc.returncode}) in {runs_dir}"
+    assert runs[0].status()["state"] == "finished", runs[0].status()
+    return runs[0]
+
+
+# ------------------------------------------------------------------ processes
+def pid_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_pid(pid: int | None) -> None:
+    """SIGKILL one process this test started (by its id), ignoring one that is already gone."""
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 20) -> None:
+    """SIGTERM, then SIGKILL after `timeout` s, a process this test started."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def kill_workers(runs_dir: Path) -> None:
+    """End every worker process named in the runs' status.json (workers run in their own session)."""
+    if not Path(runs_dir).is_dir():
+        return
+    import psutil
+
+    for run in list_runs(runs_dir):
+        status = run.raw_status()
+        pid = status.get("pid")
+        if not pid or int(pid) == os.getpid():  # a run trained in this process (see conftest's `finished`)
+            continue
+        try:
+            proc = psutil.Process(int(pid))
+            started = status.get("pid_started")
+            if started is not None and abs(proc.create_time() - float(started)) >= 1.0:
+                continue  # the pid was reused by someone else's process
+            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(psutil.TimeoutExpired):
+                proc.wait(10)
+            if proc.is_running():
+                proc.kill()
+                proc.wait(10)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError, ValueError):
+            continue
+
+
+# ------------------------------------------------------------------ the dashboard, headless
+def app_test(monkeypatch, runs_dir: Path, data_dir: Path | None = None, page: str | None = None):
+    """AppTest of the dashboard on `runs_dir` (opened on `page` if given), not yet run."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
+    monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir or runs_dir.parent / "data"))
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    if page:
+        at.switch_page(page)
+    return at
+
+
+def texts(elements) -> list[str]:
+    return [str(e.value) for e in elements]
