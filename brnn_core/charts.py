@@ -7,6 +7,7 @@ figure sets `uirevision`, so a redraw with new points keeps the user's zoom and 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -109,8 +110,12 @@ def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr") -> go.Figure:
 
 
 def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, what: str = "train",
-                   log_y: bool = False) -> go.Figure:
-    """Overlay several runs: smoothed training loss by step, or validation loss by epoch."""
+                   log_y: bool = False, branches: Iterable = ()) -> go.Figure:
+    """Overlay several runs: smoothed training loss by step, or validation loss by epoch.
+
+    A branch continues its parent's step (and epoch) axis, so parent and child share the x axis;
+    `branches` (branch.BranchPoint: child, parent, checkpoint, step, epoch) marks where each
+    child in `curves` leaves its parent with a dashed line, labelled."""
     title = "Training loss (smoothed)" if what == "train" else "Validation loss"
     fig = _figure(title, "compare-" + what, x_title="step" if what == "train" else "epoch", y_title="loss",
                   log_y=log_y)
@@ -123,7 +128,23 @@ def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, w
             part = metrics[metrics["split"] == "val"]
             if len(part):
                 fig.add_scatter(x=part["epoch"], y=part["loss"], name=name, mode="lines+markers")
+    if fig.data:
+        for point in branches:
+            if point.child in curves:
+                mark_branch(fig, point, point.step if what == "train" else point.epoch)
     return note_if_empty(fig, "no finished epoch in the selected runs" if what == "val" else "no data yet")
+
+
+def mark_branch(fig: go.Figure, point, x: float) -> None:
+    """A dashed vertical line where a branch left its parent, labelled 'child ← parent:checkpoint @ step'."""
+    label = f"{_suffix(point.child)} ← {_suffix(point.parent)}:{point.checkpoint} @ step {point.step}"
+    fig.add_vline(x=x, line_dash="dash", line_width=1, line_color="gray", annotation_text=label,
+                  annotation_position="top left", annotation_font=dict(size=10, color="gray"))
+
+
+def _suffix(run_id: str) -> str:
+    """A run id's random suffix ('...-mnist-sample-ab12' -> 'ab12'): what tells runs apart in a label."""
+    return run_id.rsplit("-", 1)[-1]
 
 
 def probabilities_figure(probs: np.ndarray, classes: list[str]) -> go.Figure:

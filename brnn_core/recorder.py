@@ -105,7 +105,7 @@ class Recorder:
         if val.loss < self.position.best_val:
             self.position.best_val = val.loss
             save_checkpoint(self.run.best_ckpt, self.model, classes=self.classes, epoch=epoch, step=result.step,
-                            train_config=self.cfg.to_dict(), metrics=metrics)
+                            train_config={**self.cfg.to_dict(), "live": dict(self.settings)}, metrics=metrics)
         self.run.log_event("epoch", f"epoch {epoch}: train loss {result.loss:.4f}, val loss {val.loss:.4f}, "
                                     f"val acc {100 * val.accuracy:.2f}%", step=result.step)
         self.run.write_status(step=result.step, val_loss=val.loss, val_acc=val.accuracy, **self.status_extra())

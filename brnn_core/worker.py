@@ -3,10 +3,11 @@
 This is what both `python -m brnn_core train` and the dashboard's background worker
 execute, so a CLI run and a dashboard run are the same code and can be watched the same way.
 The pieces, in the order a run meets them: `prepare_device`, `load_splits`, `restore` (resume
-from last.pt), a `Recorder` (recorder.py) and a `Controller` (control.py) as `engine.fit`'s
-hooks, then one `end_*` function per way a run ends. `run_training` turns any error into a
-`failed` run whose message says what to fix. A sweep trial calls `run_training` in its own
-process, with `after_epoch` to report to its scheduler.
+from last.pt) or `branch.start_branch` (a branch's first start: its parent's checkpoint), a
+`Recorder` (recorder.py) and a `Controller` (control.py) as `engine.fit`'s hooks, then one
+`end_*` function per way a run ends. `run_training` turns any error into a `failed` run whose
+message says what to fix. A sweep trial calls `run_training` in its own process, with
+`after_epoch` to report to its scheduler.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 import torch
 
 from .allocator import tune_malloc
-from .checkpoint import CheckpointError, check_state_matches, load_checkpoint
+from .branch import drop_start_copy, start_branch, unstarted_branch
+from .checkpoint import CheckpointError, load_checkpoint
 from .config import LIVE_FIELDS, TrainConfig, cpu_threads, resolve_augment, resolve_device
 from .control import Controller
 from .data import DatasetError, load_dataset, split_train_val
@@ -36,6 +38,7 @@ from .recorder import Position, Printer, Recorder
 from .reports import write_report
 from .runs import Run
 from .states import State
+from .warmstart import start_from_checkpoint
 
 
 def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
@@ -137,15 +140,9 @@ def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings:
         return Position()
     ckpt = load_checkpoint(run.last_ckpt)
     try:  # a last.pt of another architecture: name the layers and shapes, not torch's raw error
-        check_state_matches(model.state_dict(), ckpt.model_state)
+        start_from_checkpoint(ckpt, model, optimizer, settings, ckpt.train_config.get("live", {}))
     except CheckpointError as exc:
         raise CheckpointError(f"{run.last_ckpt} does not belong to this run: {exc}") from None
-    model.load_state_dict(ckpt.model_state)
-    if ckpt.optimizer_state:
-        optimizer.load_state_dict(ckpt.optimizer_state)
-    settings.update({k: v for k, v in ckpt.train_config.get("live", {}).items() if k in settings})
-    for group in optimizer.param_groups:  # the optimizer's saved state carries the lr it had then
-        group["lr"] = settings["lr"]
     best_val = load_checkpoint(run.best_ckpt).metrics.get("val_loss", math.inf) if run.best_ckpt.is_file() \
         else math.inf
     dropped = drop_metrics_after(run, ckpt.step)
@@ -174,7 +171,10 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
         config["my_drawings"] = mix.record(model, cfg, config.get("my_drawings"))
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
-    start = restore(run, model, optimizer, settings) if resume else Position()
+    if unstarted_branch(run):  # a branch's first start: from its parent's checkpoint (branch.py)
+        start = start_branch(run, cfg, model, optimizer, settings)
+    else:
+        start = restore(run, model, optimizer, settings) if resume else Position()
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset))
     atomic_write_json(run.config_path, config)
@@ -203,6 +203,7 @@ def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.d
     controller.poll()  # commands sent while no worker ran, e.g. `set epochs` before a resume
     if not run.last_ckpt.is_file():
         recorder.save_last()  # from now on a killed run always has a last.pt to resume
+    drop_start_copy(run)  # a branch resumes from its own last.pt from now on
     run.write_status(state=State.RUNNING, message=f"training on {device_name(device)}", step=step,
                      **recorder.status_extra())
     run.log_event("start", f"training {recorder.cfg.dataset} on {device_name(device)}: {len(splits.train_y)} "

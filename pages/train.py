@@ -20,7 +20,8 @@ from brnn_core.config import (
 from brnn_core.data import DATASETS, availability, default_dataset
 from brnn_core.progress import progress_text
 from brnn_core.runs import Run, RunError
-from brnn_core.states import ACTIVE_STATES, RESUMABLE_STATES, State
+from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
+from ui.branch import branch_form
 from ui.common import flash, folders, registry, run_picker, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
@@ -215,6 +216,8 @@ with right:
             c5.selectbox("Augmentation", AUGMENT_LEVELS, index=AUGMENT_LEVELS.index(aug), key="live_augment",
                          help=TrainConfig.help_for("augment"))
             c4.button("Apply", on_click=on_apply_live, args=(live,), use_container_width=True)
+    elif state in ENDED_STATES:
+        branch_form(run, runs_dir, data_dir, key="train_branch")
     o1, o2 = st.columns(2)
     smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, help="Exponential moving average, as in TensorBoard.")
     log_y = o2.toggle("Log scale (loss)", value=False)
