@@ -129,7 +129,7 @@ def test_lr_from_set_is_applied_after_the_optimizer_state_is_restored(parent_run
     assert len(m[m.split == "train"]) and (m[m.split.isin(["train", "val"])].lr == 0.002).all()
     last = load_checkpoint(child.last_ckpt)
     assert last.optimizer_state["param_groups"][0]["lr"] == 0.002
-    assert last.train_config["live"] == {"lr": 0.002, "grad_clip": 1.5, "epochs": 3}
+    assert last.train_config["live"] == {"lr": 0.002, "grad_clip": 1.5, "epochs": 3, "augment": "auto"}
     assert {e["field"]: (e["old"], e["new"]) for e in child.events() if e["kind"] == "set"} == \
         {"lr": (0.01, 0.002), "grad_clip": (0.0, 1.5), "epochs": (2, 3)}
 
