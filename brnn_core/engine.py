@@ -167,10 +167,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
             if augment is not None:
                 x = augment(x, step)  # (B, 28, 28), new random changes for every step
             loss, num_classes = _optimizer_step(model, optimizer, x, labels[idx], amp, scaler, grad_clip())
-            step += 1
-            batches += 1
-            since_log += 1
-            samples += len(idx)
+            step, batches, since_log, samples = step + 1, batches + 1, since_log + 1, samples + len(idx)
             running += loss.detach().float()
             total += loss.detach().float()
             if since_log >= log_interval:

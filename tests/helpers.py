@@ -35,9 +35,7 @@ APP = REPO / "streamlit_app.py"
 THREADS = 1  # torch threads in the test process and in every worker it starts (see the module docstring)
 
 # The session's trained model (conftest's `finished`) and the runs that fine-tune like it.
-# Augmentation off: these tests were written against the unaugmented model (2 epochs of hidden 32 learn
-# slower with it: 81 % instead of 86 % test accuracy); augmentation has its own tests (test_augment.py).
-SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2, "augment": "off"}
+SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
 
 # A run that never finishes by itself: 8 steps an epoch (so last.pt and best.pt are rewritten about
 # every 8 steps), a metrics row every step, a status rewrite every step.
