@@ -7,6 +7,7 @@ figure sets `uirevision`, so a redraw with new points keeps the user's zoom and 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -109,8 +110,12 @@ def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr") -> go.Figure:
 
 
 def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, what: str = "train",
-                   log_y: bool = False) -> go.Figure:
-    """Overlay several runs: smoothed training loss by step, or validation loss by epoch."""
+                   log_y: bool = False, branches: Iterable = ()) -> go.Figure:
+    """Overlay several runs: smoothed training loss by step, or validation loss by epoch.
+
+    A branch continues its parent's step (and epoch) axis, so parent and child share the x axis;
+    `branches` (branch.BranchPoint: child, parent, checkpoint, step, epoch) marks where each
+    child in `curves` leaves its parent with a dashed line, labelled."""
     title = "Training loss (smoothed)" if what == "train" else "Validation loss"
     fig = _figure(title, "compare-" + what, x_title="step" if what == "train" else "epoch", y_title="loss",
                   log_y=log_y)
@@ -123,7 +128,23 @@ def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, w
             part = metrics[metrics["split"] == "val"]
             if len(part):
                 fig.add_scatter(x=part["epoch"], y=part["loss"], name=name, mode="lines+markers")
+    if fig.data:
+        for point in branches:
+            if point.child in curves:
+                mark_branch(fig, point, point.step if what == "train" else point.epoch)
     return note_if_empty(fig, "no finished epoch in the selected runs" if what == "val" else "no data yet")
+
+
+def mark_branch(fig: go.Figure, point, x: float) -> None:
+    """A dashed vertical line where a branch left its parent, labelled 'child ← parent:checkpoint @ step'."""
+    label = f"{_suffix(point.child)} ← {_suffix(point.parent)}:{point.checkpoint} @ step {point.step}"
+    fig.add_vline(x=x, line_dash="dash", line_width=1, line_color="gray", annotation_text=label,
+                  annotation_position="top left", annotation_font=dict(size=10, color="gray"))
+
+
+def _suffix(run_id: str) -> str:
+    """A run id's random suffix ('...-mnist-sample-ab12' -> 'ab12'): what tells runs apart in a label."""
+    return run_id.rsplit("-", 1)[-1]
 
 
 def probabilities_figure(probs: np.ndarray, classes: list[str]) -> go.Figure:
@@ -151,4 +172,60 @@ def per_class_figure(per_class: list[float], classes: list[str]) -> go.Figure:
                            text=[f"{100 * a:.1f}%" for a in per_class], textposition="outside"))
     fig.update_layout(title="Per-class accuracy (test set)", yaxis=dict(range=[0, 110], title="%"),
                       xaxis=dict(type="category"), margin=dict(l=10, r=10, t=40, b=10), height=320)
+    return fig
+
+
+# ------------------------------------------------------------------ inside the model (Predict page)
+READING_TITLE = "How the BiLSTM reads your digit, row by row"
+ATTRIBUTION_TITLE = "Which pixels decided"
+# Transparent at zero so the digit shows through; blue pulled away from the class, red pushed towards it.
+# Alpha rises quickly off zero: most of the mass is in many small pushes, not in the few largest.
+_SIGNED = [[0.0, "rgba(33,102,172,1)"], [0.35, "rgba(67,147,195,0.75)"], [0.5, "rgba(255,255,255,0)"],
+           [0.65, "rgba(214,96,77,0.75)"], [1.0, "rgba(178,24,43,1)"]]
+
+
+def _image_trace(image: np.ndarray, *, zmax: float = 1.0, **kwargs) -> go.Heatmap:
+    return go.Heatmap(z=np.asarray(image, dtype=float), colorscale="gray", zmin=0.0, zmax=zmax, showscale=False,
+                      hovertemplate="row %{y}, col %{x}: %{z:.2f}<extra></extra>", **kwargs)
+
+
+def reading_figure(image: np.ndarray, rows: np.ndarray, classes: list[str]) -> go.Figure:
+    """The 28x28 input beside a (28, C) heatmap of what the model thinks after each row, rows aligned.
+
+    Row t of the heatmap is the model run on image rows 0..t only, so a row of the picture and the
+    model's opinion once it has read down to it sit side by side."""
+    from plotly.subplots import make_subplots
+
+    steps = rows.shape[0]
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.03, column_widths=[0.4, 0.6],
+                        subplot_titles=("input", "after reading rows 0..t"))
+    fig.add_trace(_image_trace(image), row=1, col=1)
+    fig.add_trace(go.Heatmap(z=100 * rows, x=list(classes), y=list(range(steps)), colorscale="Viridis", zmin=0,
+                             zmax=100, colorbar=dict(title="%", len=0.9),
+                             hovertemplate="after row %{y}: %{x} %{z:.1f}%<extra></extra>"), row=1, col=2)
+    fig.update_yaxes(autorange="reversed", title_text="row", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", row=1, col=2)
+    fig.update_xaxes(showticklabels=False, row=1, col=1)
+    fig.update_xaxes(type="category", row=1, col=2)
+    fig.update_layout(title=READING_TITLE, height=380, margin=dict(l=10, r=10, t=70, b=10), uirevision="reading")
+    return fig
+
+
+def attribution_figure(image: np.ndarray, attribution: np.ndarray, class_name: str) -> go.Figure:
+    """Integrated-gradients attribution as a signed overlay on the (dimmed) 28x28 input.
+
+    The colour scale ends at the 98th percentile of |attribution| on the ink, so one extreme pixel
+    does not wash out the rest."""
+    attr = np.asarray(attribution, dtype=float)
+    ink = np.abs(attr)[np.asarray(image) > 0]
+    bound = float(np.percentile(ink, 98)) if ink.size else 0.0
+    bound = bound or float(np.abs(attr).max()) or 1.0
+    fig = go.Figure([_image_trace(image, zmax=2.5, name="input"),
+                     go.Heatmap(z=attr, colorscale=_SIGNED, zmin=-bound, zmax=bound, name="attribution",
+                                colorbar=dict(title="push", len=0.9),
+                                hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>")])
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", showticklabels=False)
+    fig.update_xaxes(showticklabels=False, constrain="domain")
+    fig.update_layout(title=f"{ATTRIBUTION_TITLE}: {class_name}", height=380, margin=dict(l=10, r=10, t=50, b=10),
+                      uirevision="attribution")
     return fig

@@ -1,4 +1,4 @@
-"""Command line: `python -m brnn_core train | evaluate | predict | bench`.
+"""Command line: `python -m brnn_core train | evaluate | predict | sweep | bench`.
 
 Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failure.
 """
@@ -49,13 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m brnn_core", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a model (a new run, or --resume one)")
+    train = sub.add_parser("train", help="train a model (a new run, --resume one, or branch one --from)")
     train.add_argument("--config", help="JSON file of TrainConfig fields")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one field, e.g. --set lr=0.001 (repeatable)")
     train.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $BRNN_RUNS_DIR or ./runs)")
     train.add_argument("--run-dir", type=Path, help="use exactly this run directory (the dashboard's worker does)")
     train.add_argument("--resume", metavar="RUN", help="continue a run (directory or id) from its last.pt")
+    train.add_argument("--from", dest="from_run", metavar="RUN[:last|:best]",
+                       help="branch: a new run (beside RUN) that starts from RUN's checkpoint, last.pt by default "
+                            "or best.pt with :best, with its weights and optimizer state (best.pt has none: a fresh "
+                            "optimizer), and continues its step axis. --set may change lr, grad_clip, optimizer, "
+                            "weight_decay, momentum, dataset and epochs (the total, counting RUN's epochs; default: "
+                            "RUN's plan, or one more epoch), not the architecture")
     train.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
     train.set_defaults(func=cmd_train)
 
@@ -76,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--top", type=int, default=3)
     pr.set_defaults(func=cmd_predict)
 
+    from .sweep.cli import add_parser as add_sweep_parser
+
+    add_sweep_parser(sub)
+
     bench = sub.add_parser("bench", help="benchmark suite (see bench/README)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)
@@ -90,7 +100,9 @@ def cmd_train(args) -> int:
 
     data_dir = args.data_dir or default_data_dir()
     runs_dir = args.runs_dir or default_runs_dir()
-    if args.resume:
+    if args.from_run:
+        run, resume = branch_from_args(args, runs_dir, data_dir), False
+    elif args.resume:
         live = parse_set(args.set)
         fixed = sorted(set(live) - set(LIVE_FIELDS))
         if args.config or fixed:
@@ -128,24 +140,37 @@ def cmd_train(args) -> int:
     return EXIT_OK if state in (State.FINISHED, State.STOPPED) else EXIT_FAILURE
 
 
+def branch_from_args(args, runs_dir: Path, data_dir: Path):
+    """`train --from RUN[:last|:best]`: check the branch, fetch its dataset, then create it (not started)."""
+    from .branch import create_planned, parse_from, plan_branch
+    from .runs import RunError
+
+    if args.resume or args.config or args.run_dir:
+        raise BadInput("--from makes a new run from RUN's checkpoint: it cannot be combined with --resume, --config "
+                       "or --run-dir (change settings with --set)")
+    try:
+        ref, kind = parse_from(args.from_run)
+        plan = plan_branch(runs_dir, ref, kind, parse_set(args.set))
+    except RunError as exc:  # also BranchError: an unknown parent, a missing checkpoint, a refused change
+        raise BadInput(str(exc)) from None
+    ensure_dataset(plan.cfg.dataset, data_dir)  # offline and missing: exit 2 before the branch is created
+    run = create_planned(plan, data_dir)
+    print(f"branch of {plan.parent.id} from its {kind}.pt (epoch {plan.checkpoint.epoch}, "
+          f"step {plan.checkpoint.step})", flush=True)
+    return run
+
+
 def ensure_dataset(name: str, data_dir: Path) -> None:
     """Download a missing IDX dataset now, with progress, so a failed download creates no run."""
     from .data import DATASETS, download_dataset, find_files
 
     if DATASETS[name].download_mb and find_files(name, data_dir) is None:
         print(f"{name} is not in {data_dir}: downloading {DATASETS[name].download_mb:.0f} MB", flush=True)
-        last = [0.0]
-
-        def progress(message: str) -> None:
-            if time.monotonic() - last[0] > 0.5:
-                last[0] = time.monotonic()
-                print(f"\r{message}   ", end="", flush=True)
-
-        download_dataset(name, data_dir, progress=progress)
-        print()
+        download_dataset(name, data_dir)  # torchvision draws a progress bar per file on stderr
 
 
-def load_train_config(args, data_dir: Path) -> TrainConfig:
+def load_train_config(args, data_dir: Path, *, check_device: bool = True) -> TrainConfig:
+    """--config, then --set on top; the dataset defaults to full MNIST when it is on disk (sweep reuses this)."""
     values: dict = {}
     if args.config:
         values.update(TrainConfig.from_file(args.config, check_device=False).to_dict())
@@ -155,7 +180,7 @@ def load_train_config(args, data_dir: Path) -> TrainConfig:
 
         values["dataset"] = default_dataset(data_dir)
     values.update(overrides)
-    return TrainConfig.from_dict(values)
+    return TrainConfig.from_dict(values, check_device=check_device)
 
 
 class ProgressPrinter:

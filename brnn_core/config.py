@@ -13,13 +13,18 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample")
+DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample", "kmnist")
 HEADS = ("bidir", "last")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 AMP_MODES = ("off", "bf16", "fp16")
+# Training-batch augmentation (brnn_core/augment.py holds what each level does). "auto" picks per dataset:
+AUGMENT_LEVELS = ("auto", "off", "light", "medium", "strong")
+# measured on mnist-sample (bench/augment_accuracy.py, bench/README.md); kmnist is handwriting too, so it
+# gets the digits' level. Clothes photos are not drawn with a pen: off until measured otherwise.
+AUGMENT_AUTO = {"mnist": "medium", "mnist-sample": "medium", "kmnist": "medium", "fashion-mnist": "off"}
 
 # Fields that may change while a run trains (sent through the control channel).
-LIVE_FIELDS = ("lr", "grad_clip", "epochs")
+LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
 
 
 class ConfigError(ValueError):
@@ -73,11 +78,22 @@ class TrainConfig:
                 "faults; bench/README.md).", "range": (1, 65536)})
     amp: str = field(default="off", metadata={
         "help": "Mixed precision: off, bf16 or fp16 (fp16 on CUDA only)."})
+    augment: str = field(default="auto", metadata={
+        "help": "Random rotation, scale, slant, shift and stroke thickness per training image (never on validation "
+                "or test), so drawn digits are recognised: off, light, medium, strong, or auto = "
+                + ", ".join(f"{v} for {k}" for k, v in AUGMENT_AUTO.items()) + ". Can be changed while training."})
     cpu_threads: int = field(default=0, metadata={
         "help": "CPU threads for training; 0 = every core, shared evenly with other training runs on this machine "
                 "(re-planned while they come and go; OpenMP threads spin only briefly, so the dashboard and "
                 "other programs get a core when they need one: bench/README.md, \"Threads\").",
         "range": (0, 1024)})
+    my_drawings: float = field(default=0.0, metadata={
+        "help": "Share of the training images that are your own drawings (saved on the Predict page, in "
+                "<data folder>/my-drawings), each repeated to reach it; 0 = off. The held-out drawings are never "
+                "trained on: the report shows accuracy on them before and after.", "range": (0.0, 0.5)})
+    init_from: str = field(default="", metadata={
+        "help": "Checkpoint file to start the weights from (fine-tuning), e.g. runs/<id>/checkpoints/best.pt; "
+                "empty = random weights. Hidden size, layers and head must match it."})
 
     # ----------------------------------------------------------------- helpers
     @classmethod
@@ -151,6 +167,9 @@ class TrainConfig:
         _choice(errs, self, "head", HEADS)
         _choice(errs, self, "optimizer", OPTIMIZERS)
         _choice(errs, self, "amp", AMP_MODES)
+        _choice(errs, self, "augment", AUGMENT_LEVELS)
+        if "init_from" not in errs and self.init_from and not Path(self.init_from).expanduser().is_file():
+            errs["init_from"] = f"no checkpoint file {self.init_from!r}; give the path of a .pt file or leave it empty"
         if "device" not in errs:
             msg = device_problem(self.device, check_available=check_device)
             if msg:
@@ -198,6 +217,11 @@ def _coerce(raw: Any, kind: type) -> Any:
 def _choice(errs: dict, cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -> None:
     if name not in errs and getattr(cfg, name) not in allowed:
         errs[name] = f"{getattr(cfg, name)!r} is not one of: {', '.join(allowed)}"
+
+
+def resolve_augment(level: str, dataset: str) -> str:
+    """The augmentation level a run uses: `level` itself, or for "auto" the measured choice for `dataset`."""
+    return AUGMENT_AUTO.get(dataset, "off") if level == "auto" else level
 
 
 def device_problem(spec: str, *, check_available: bool = True) -> str | None:

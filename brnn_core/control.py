@@ -47,6 +47,7 @@ class Controller:
         self.size = -1
         self.paused = False
         self.stop_requested = False
+        self.stop_reason: dict | None = None  # {"source", "reason"} when a scheduler (not a user) asked
         self.step = 0
         self.last_beat = 0.0
 
@@ -94,8 +95,12 @@ class Controller:
             self.run.log_event("resume", f"resumed at step {self.step}", step=self.step, command=cid)
         elif cmd == "stop":
             self.stop_requested = True
+            if command.get("source"):
+                self.stop_reason = {"source": command["source"], "reason": command.get("reason")}
             self._state(State.STOPPING, f"stopping at step {self.step}: saving a checkpoint")
-            self.run.log_event("stop", f"stop requested at step {self.step}", step=self.step, command=cid)
+            self.run.log_event("stop", f"stop requested at step {self.step}"
+                               + (f" by {command['source']}: {command.get('reason')}" if command.get("source") else ""),
+                               step=self.step, command=cid)
         elif cmd == "set":
             self.apply_set(command.get("field"), command.get("value"), cid)
         else:
@@ -121,7 +126,7 @@ class Controller:
         if name == "lr":
             for group in self.optimizer.param_groups:
                 group["lr"] = new
-        self.run.log_event("set", f"{name} {old:g} -> {new:g} at step {self.step}", step=self.step,
+        self.run.log_event("set", f"{name} {_show(old)} -> {_show(new)} at step {self.step}", step=self.step,
                            command=cid, field=name, old=old, new=new, source=source, **extra)
         self.run.write_status(**{**self.status_extra(), "live": dict(self.settings)})
 
@@ -136,3 +141,8 @@ class Controller:
             self.last_beat = now
             self.run.write_status(**{**self.status_extra(), "heartbeat": now, "step": self.step,
                                      "control_offset": self.offset})
+
+
+def _show(value) -> str:
+    """A live setting as the event log shows it: numbers compactly (0.001), names as they are (medium)."""
+    return value if isinstance(value, str) else f"{value:g}"

@@ -4,18 +4,24 @@ A 60k x 28 x 28 uint8 dataset is 47 MB: it is read once, moved to the training d
 and batched by indexing a shuffled permutation. No DataLoader, no per-image PIL work,
 which is what made the blog script slow.
 
-Files are IDX (`train-images-idx3-ubyte` ...), accepted plain or `.gz`. Missing files
-are downloaded when online (with progress); offline the error names the folder and the
-four files to put there.
+torchvision's dataset classes (MNIST, FashionMNIST, KMNIST) download, checksum and read the
+IDX files (`train-images-idx3-ubyte` ...). Around them this module adds what torchvision alone
+does not: the files are also found in `data/<name>/` and Debian's Fashion-MNIST folder, `.gz`
+files are read without unpacking them into the data folder, the download reports progress and
+gives up after a timeout, and a missing or damaged file gets an error that names it and says
+what to do (offline: the folder and the four files to put there).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gzip
-import hashlib
 import os
-import urllib.error
-import urllib.request
+import socket
+import tempfile
+import threading
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,28 +39,17 @@ DEBIAN_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 MNIST_CLASSES = [str(d) for d in range(10)]
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+# torchvision's KMNIST.classes (a test checks they agree): the romanised hiragana of the ten classes.
+KMNIST_CLASSES = ["o", "ki", "su", "tsu", "na", "ha", "ma", "ya", "re", "wo"]
 SAMPLE_TEST_PER_CLASS = 50  # mnist-sample: 500 of the 5,000 digits are held out as its test set
 
-# (filename, md5) as published; the same table torchvision uses.
-_MD5 = {
-    "mnist": {
-        "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-        "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-        "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-        "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
-    },
-    "fashion-mnist": {
-        "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-        "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-        "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-        "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
-    },
-}
-_MIRRORS = {
-    "mnist": ["https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"],
-    "fashion-mnist": ["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"],
-}
-_FOLDER = {"mnist": "MNIST/raw", "fashion-mnist": "FashionMNIST/raw"}  # torchvision's layout
+# Dataset name -> torchvision class, whose name is also the folder torchvision uses (<data>/MNIST/raw).
+_TORCHVISION = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST", "kmnist": "KMNIST"}
+_FOLDER = {name: f"{cls}/raw" for name, cls in _TORCHVISION.items()}
+# Mirrors to use instead of torchvision's own, by dataset (empty: torchvision's; tests point them at a closed port).
+_MIRRORS: dict[str, list[str]] = {}
+DOWNLOAD_TIMEOUT_S = 15.0  # per network operation: offline behind a black-holing network, fail instead of hanging
+PROGRESS_EVERY_S = 0.5
 
 Progress = Callable[[str], None]
 
@@ -80,6 +75,9 @@ DATASETS = {
                          "The full MNIST handwritten digits: 60k train, 10k test."),
     "fashion-mnist": DatasetInfo("fashion-mnist", "Fashion-MNIST (70,000 clothes images)", FASHION_CLASSES, 30.9,
                                  "Zalando's Fashion-MNIST: 60k train, 10k test, 10 clothing classes."),
+    "kmnist": DatasetInfo("kmnist", "Kuzushiji-MNIST (70,000 cursive Japanese characters)", KMNIST_CLASSES, 21.2,
+                          "Kuzushiji-MNIST: ten hiragana (o, ki, su, tsu, na, ha, ma, ya, re, wo) written in "
+                          "classical cursive, 60k train, 10k test."),
 }
 
 
@@ -138,9 +136,170 @@ def default_dataset(data_dir: Path) -> str:
     return "mnist" if find_files("mnist", data_dir) else "mnist-sample"
 
 
-# ------------------------------------------------------------------ IDX files
+# ------------------------------------------------------------------ torchvision
+@functools.cache
+def _torchvision_class(name: str) -> type:
+    """torchvision's dataset class for `name`, made to read (and download into) a folder of our choosing.
+
+    torchvision looks only in <root>/<ClassName>/raw; the override lets the same code read
+    data/<name>/ and Debian's folder, and a temporary folder holding unpacked .gz files."""
+    from torchvision import datasets
+
+    base = getattr(datasets, _TORCHVISION[name])
+
+    class InFolder(base):
+        def __init__(self, folder: Path, *, train: bool, download: bool = False, mirrors: list[str] | None = None):
+            self.folder = Path(folder)
+            if mirrors:
+                self.mirrors = list(mirrors)
+            super().__init__(str(folder), train=train, download=download)
+
+        @property
+        def raw_folder(self) -> str:
+            return str(self.folder)
+
+        @property
+        def processed_folder(self) -> str:  # torchvision's pre-2021 cache (training.pt), never written here
+            return str(self.folder / "processed")
+
+    InFolder.__name__ = InFolder.__qualname__ = base.__name__
+    return InFolder
+
+
+# What torchvision's IDX parser raises on a bad file (it asserts and lets views fail): explained by `_explain`.
+_PARSER_ERRORS = (AssertionError, RuntimeError, ValueError, TypeError, KeyError, IndexError, OSError, EOFError)
+
+
+def _read_split(name: str, folder: Path, files: dict[str, Path], *, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One split through torchvision from `folder` (plain files); errors name the user's files in `files`."""
+    prefix = "train" if train else "t10k"
+    images, labels = files[f"{prefix}-images-idx3-ubyte"], files[f"{prefix}-labels-idx1-ubyte"]
+    try:
+        split = _torchvision_class(name)(folder, train=train)
+    except _PARSER_ERRORS as exc:
+        raise DatasetError(_explain(images, labels, exc)) from None
+    return _checked(split.data, split.targets.long(), images, labels)
+
+
+@contextlib.contextmanager
+def _plain_folder(files: dict[str, Path]) -> Iterator[Path]:
+    """A folder with the four files unpacked, for torchvision (it reads only plain files).
+
+    The files' own folder when none is gzipped; otherwise a temporary folder with the .gz files
+    unpacked and the plain ones linked, removed afterwards, so no copy is left in the data folder
+    (which may be read-only, like Debian's)."""
+    if all(path.name == base for base, path in files.items()):
+        yield files[IDX_FILES[0]].parent
+        return
+    from torchvision.datasets.utils import extract_archive
+
+    with tempfile.TemporaryDirectory(prefix="brnn-idx-") as tmp:
+        for base, path in files.items():
+            if path.name == base:
+                os.symlink(path.resolve(), Path(tmp) / base)
+                continue
+            try:
+                extract_archive(str(path), tmp)
+            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # a damaged file; a full /tmp stays an OSError
+                raise DatasetError(f"{path}: cannot read ({exc}); delete it and download again") from None
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
+def _socket_timeout(seconds: float) -> Iterator[None]:
+    """torchvision's downloads pass no timeout to urlopen; the process-wide default is the only knob.
+
+    Downloads run in the worker or CLI process before training starts, so nothing else depends on it then."""
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+@contextlib.contextmanager
+def _download_progress(name: str, folder: Path, progress: Progress | None) -> Iterator[None]:
+    """Report the megabytes on disk while torchvision downloads (it only draws a bar on stderr)."""
+    if progress is None:
+        yield
+        return
+    total = DATASETS[name].download_mb
+    progress(f"downloading {name} ({total:.0f} MB) into {folder}")
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(PROGRESS_EVERY_S):
+            mb = sum(p.stat().st_size for p in folder.glob("*.gz") if p.is_file()) / 1e6
+            progress(f"downloading {name}: {mb:.1f} of {total:.1f} MB")
+
+    watcher = threading.Thread(target=watch, name=f"download-{name}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def download_dataset(name: str, data_dir: Path, *, progress: Progress | None = None,
+                     timeout: float = DOWNLOAD_TIMEOUT_S) -> Path:
+    """Download the four files with torchvision (it checks their md5) into torchvision's folder."""
+    folder = data_dir / _FOLDER[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    before = {p: p.stat().st_mtime_ns for p in folder.iterdir() if p.is_file()}
+    try:
+        with _socket_timeout(timeout), _download_progress(name, folder, progress):
+            _torchvision_class(name)(folder, train=False, download=True, mirrors=_MIRRORS.get(name))
+    except (RuntimeError, OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
+        _drop_partial_downloads(name, folder, before)
+        reason = " ".join(str(exc).split())  # torchvision lists every mirror tried, one per line
+        raise DatasetError(f"{_missing_message(name, data_dir)} (download failed: {reason})") from None
+    return folder
+
+
+def _drop_partial_downloads(name: str, folder: Path, before: dict[Path, int]) -> None:
+    """Delete what a failed download left half-written (torchvision writes in place), never the user's files."""
+    from torchvision.datasets.utils import check_integrity
+
+    for filename, md5 in _torchvision_class(name).resources:
+        path = folder / filename
+        written = path.is_file() and before.get(path) != path.stat().st_mtime_ns
+        if written and not check_integrity(str(path), md5):
+            path.unlink(missing_ok=True)
+
+
+def load_idx_dataset(name: str, data_dir: Path, *, download: bool = True,
+                     progress: Progress | None = None) -> Dataset:
+    files = find_files(name, data_dir)
+    if files is None and download:
+        download_dataset(name, data_dir, progress=progress)
+        files = find_files(name, data_dir)
+    if files is None:
+        raise DatasetError(_missing_message(name, data_dir))
+    source = files[IDX_FILES[0]].parent
+    if progress:
+        progress(f"reading {name} from {source}")
+    with _plain_folder(files) as folder:
+        train_x, train_y = _read_split(name, folder, files, train=True)
+        test_x, test_y = _read_split(name, folder, files, train=False)
+    return Dataset(name, DATASETS[name].classes, train_x, train_y, test_x, test_y, str(source))
+
+
+def _missing_message(name: str, data_dir: Path) -> str:
+    folder = data_dir / _FOLDER[name]
+    names = ", ".join(f"{b}.gz" for b in IDX_FILES)
+    return (f"{name} is not on disk and could not be downloaded. Put the four files {names} "
+            f"(plain or .gz) into {folder.resolve()}, or connect to the internet, "
+            f"or use the offline dataset mnist-sample.")
+
+
+# ------------------------------------------------------------------ explaining bad files
 def read_idx(path: Path) -> np.ndarray:
-    """Read one IDX file (plain or gzip) into a uint8 array, checking its header."""
+    """Read one IDX file (plain or gzip) into a uint8 array, checking its header.
+
+    torchvision does the reading; this stricter reader runs only when torchvision fails, to say
+    which file is wrong and how (torchvision's parser asserts without a message)."""
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as fh:
@@ -160,86 +319,29 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
 
-def _read_pair(images: Path, labels: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    x = read_idx(images)
-    y = read_idx(labels)
-    if x.ndim != 3 or x.shape[1:] != (28, 28):
-        raise DatasetError(f"{images}: expected 28x28 images, found shape {x.shape}")
+def _explain(images: Path, labels: Path, exc: BaseException) -> str:
+    """Why torchvision could not read this pair of files, naming the file at fault."""
+    try:
+        x, y = read_idx(images), read_idx(labels)
+        _checked(torch.from_numpy(x.copy()), torch.from_numpy(y.astype(np.int64)), images, labels)
+    except DatasetError as found:
+        return str(found)
+    return (f"{images} / {labels}: torchvision could not read them ({type(exc).__name__}: {exc}); "
+            "delete them and download again")
+
+
+def _checked(x: torch.Tensor, y: torch.Tensor, images: Path, labels: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (N, 28, 28) uint8 and labels (N,) int64 that belong together, or an error naming the file."""
+    if x.ndim != 3 or tuple(x.shape[1:]) != (28, 28):
+        raise DatasetError(f"{images}: expected 28x28 images, found shape {tuple(x.shape)}")
     if y.ndim != 1:
-        raise DatasetError(f"{labels}: expected a 1-D label file, found shape {y.shape}")
+        raise DatasetError(f"{labels}: expected a 1-D label file, found shape {tuple(y.shape)}")
     if len(x) != len(y):
         raise DatasetError(f"{labels}: {len(y)} labels for {len(x)} images in {images.name}; "
                            "the files do not belong together")
-    if len(y) and y.max() > 9:
+    if len(y) and int(y.max()) > 9:
         raise DatasetError(f"{labels}: label {int(y.max())} found, expected 0-9")
-    return torch.from_numpy(x.copy()), torch.from_numpy(y.astype(np.int64))
-
-
-def load_idx_dataset(name: str, data_dir: Path, *, download: bool = True,
-                     progress: Progress | None = None) -> Dataset:
-    files = find_files(name, data_dir)
-    if files is None and download:
-        download_dataset(name, data_dir, progress=progress)
-        files = find_files(name, data_dir)
-    if files is None:
-        raise DatasetError(_missing_message(name, data_dir))
-    if progress:
-        progress(f"reading {name} from {files[IDX_FILES[0]].parent}")
-    train_x, train_y = _read_pair(files[IDX_FILES[0]], files[IDX_FILES[1]])
-    test_x, test_y = _read_pair(files[IDX_FILES[2]], files[IDX_FILES[3]])
-    return Dataset(name, DATASETS[name].classes, train_x, train_y, test_x, test_y,
-                   str(files[IDX_FILES[0]].parent))
-
-
-def _missing_message(name: str, data_dir: Path) -> str:
-    folder = data_dir / _FOLDER[name]
-    names = ", ".join(f"{b}.gz" for b in IDX_FILES)
-    return (f"{name} is not on disk and could not be downloaded. Put the four files {names} "
-            f"(plain or .gz) into {folder.resolve()}, or connect to the internet, "
-            f"or use the offline dataset mnist-sample.")
-
-
-def download_dataset(name: str, data_dir: Path, *, progress: Progress | None = None,
-                     timeout: float = 15.0) -> Path:
-    """Download the four .gz files (checking md5) into the torchvision-style folder."""
-    folder = data_dir / _FOLDER[name]
-    folder.mkdir(parents=True, exist_ok=True)
-    for filename, md5 in _MD5[name].items():
-        target = folder / filename
-        if target.is_file() and _md5(target) == md5:
-            continue
-        last_error: Exception | None = None
-        for mirror in _MIRRORS[name]:
-            try:
-                _fetch(mirror + filename, target, md5, timeout, progress)
-                last_error = None
-                break
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                last_error = exc
-        if last_error is not None:
-            raise DatasetError(f"{_missing_message(name, data_dir)} (download failed: {last_error})")
-    return folder
-
-
-def _fetch(url: str, target: Path, md5: str, timeout: float, progress: Progress | None) -> None:
-    tmp = target.with_suffix(target.suffix + ".part")
-    with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
-        total = int(response.headers.get("Content-Length") or 0)
-        done = 0
-        while chunk := response.read(1 << 16):
-            out.write(chunk)
-            done += len(chunk)
-            if progress:
-                pct = f" {100 * done / total:.0f}%" if total else ""
-                progress(f"downloading {target.name}: {done / 1e6:.1f} MB{pct}")
-    if _md5(tmp) != md5:
-        tmp.unlink(missing_ok=True)
-        raise ValueError(f"{url}: checksum mismatch")
-    os.replace(tmp, target)
-
-
-def _md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
+    return x, y
 
 
 def load_mnist_sample() -> Dataset:
@@ -278,6 +380,10 @@ def _mnist_sample_arrays() -> tuple[np.ndarray, np.ndarray]:
 def load_dataset(name: str, data_dir: Path | None = None, *, download: bool = True,
                  progress: Progress | None = None) -> Dataset:
     """Load a dataset by name into CPU uint8 tensors."""
+    if name == "my-drawings":  # the user's saved drawings (not a base dataset: mixed in by TrainConfig.my_drawings)
+        from .drawings import load_drawings_dataset
+
+        return load_drawings_dataset(Path(data_dir or default_data_dir()))
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if name == "mnist-sample":

@@ -7,7 +7,8 @@ called in training mode"). Here `train_one_epoch` always enters training mode an
 they are called in.
 
 The loss is accumulated on the device and read back (a GPU sync) only every
-`log_interval` steps; a non-finite value read there stops the epoch as diverged.
+`log_interval` steps; a non-finite value read there stops the epoch as diverged, and so does a
+finite explosion (`ExplosionWatch`): a loss far worse than guessing, log after log.
 """
 
 from __future__ import annotations
@@ -51,6 +52,42 @@ def grad_scaler(device: torch.device, amp: str) -> LossScaler | None:
     return LossScaler(device.type) if amp == "fp16" else None
 
 
+# A finite explosion is a diverged run too: SGD at lr=10 takes the loss from 2.3 to over 1,000 and the
+# accuracy to chance while every number stays finite. The reference is ln(C), the loss of a uniform guess
+# over C classes, which is where an untrained model starts: a loss EXPLODED_FACTOR times that is far worse
+# than knowing nothing, which healthy training (noisy or resumed) never logs; EXPLODED_LOGS logs in a row
+# (30 steps at the default log interval) rule out one unlucky batch.
+EXPLODED_FACTOR = 10.0
+EXPLODED_LOGS = 3
+
+
+@dataclass
+class ExplosionWatch:
+    """Counts logged training losses above the explosion limit in a row; `fit` keeps one per run."""
+
+    factor: float = EXPLODED_FACTOR
+    logs: int = EXPLODED_LOGS
+    streak: int = 0
+
+    def limit(self, num_classes: int) -> float:
+        return self.factor * math.log(max(num_classes, 2))
+
+    def above(self, loss: float, num_classes: int) -> bool:
+        return loss > self.limit(num_classes)
+
+    def observe(self, loss: float, num_classes: int) -> str:
+        """Record one logged loss; returns why the run diverged, or "" while it has not."""
+        self.streak = self.streak + 1 if self.above(loss, num_classes) else 0
+        if self.streak < self.logs:
+            return ""
+        return (f"the training loss stayed above {self.limit(num_classes):.1f} ({self.factor:g}x the "
+                f"{math.log(max(num_classes, 2)):.2f} of guessing at random) for {self.logs} logs in a row "
+                f"(last {loss:.4g})")
+
+
+NOT_FINITE = "the loss became NaN or infinite"
+
+
 def make_optimizer(params: Iterable[torch.Tensor], name: str, lr: float, weight_decay: float = 0.0,
                    momentum: float = 0.9) -> torch.optim.Optimizer:
     if name == "adam":
@@ -71,6 +108,7 @@ class LogPoint:
     loss: float  # mean over the steps since the previous log
     samples_per_s: float
     lr: float
+    exploding: bool = False  # loss above the explosion limit: these weights are not worth saving
 
 
 @dataclass
@@ -81,6 +119,7 @@ class EpochResult:
     completed: bool  # every batch ran
     diverged: bool = False
     stopped: bool = False
+    reason: str = ""  # why it diverged, in words
 
 
 @dataclass
@@ -97,17 +136,22 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
                     batch_offset: int = 0, grad_clip: Callable[[], float] = lambda: 0.0,
                     log_interval: int = 10, on_log: Callable[[LogPoint], None] | None = None,
                     before_step: Callable[[int], bool] | None = None, amp: str = "off",
-                    scaler: torch.amp.GradScaler | None = None) -> EpochResult:
+                    scaler: torch.amp.GradScaler | None = None,
+                    augment: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+                    watch: ExplosionWatch | None = None) -> EpochResult:
     """One pass of optimizer steps over `index_batches` (index tensors into images/labels).
 
     `images` are uint8 (N, 28, 28) already on the model's device. `before_step(step)` is
     called between steps (live controls, pause); returning False stops the epoch early.
     `grad_clip()` is read every step so it can change while training. With amp="fp16" the loss is
     scaled (`scaler`, one per run as fit passes it): small fp16 gradients underflow to zero otherwise.
+    `augment(x, step)` changes each training batch (model input in [0, 1]) before the forward pass;
+    `watch` ends the epoch as diverged when the logged loss explodes (see ExplosionWatch).
     """
     device = images.device
     if scaler is None:
         scaler = grad_scaler(device, amp)  # None unless fp16
+    watch = watch or ExplosionWatch()
     running = torch.zeros((), device=device)  # loss summed on the device since the last log
     total = torch.zeros((), device=device)
     since_log = batches = 0
@@ -121,44 +165,54 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
                     return EpochResult(step, batch_offset + batches, _mean(total, batches), False, stopped=True)
                 last_time += time.perf_counter() - t0  # time spent paused is not training time
             x = to_input(images[idx])  # (B, 28, 28)
-            y = labels[idx]  # (B,)
-            with autocast(device, amp):
-                loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is None:
-                loss.backward()
-            else:
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            clip = grad_clip()
-            if clip > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.step(optimizer)  # skipped when the scaled gradients overflowed; the scale then drops
-                scaler.update()
-            step += 1
-            batches += 1
-            since_log += 1
-            samples += len(idx)
+            if augment is not None:
+                x = augment(x, step)  # (B, 28, 28), new random changes for every step
+            loss, num_classes = _optimizer_step(model, optimizer, x, labels[idx], amp, scaler, grad_clip())
+            step, batches, since_log, samples = step + 1, batches + 1, since_log + 1, samples + len(idx)
             running += loss.detach().float()
             total += loss.detach().float()
             if since_log >= log_interval:
                 mean = (running / since_log).item()  # the only host sync in the loop
                 now = time.perf_counter()
-                if not math.isfinite(mean) or (isinstance(scaler, LossScaler) and scaler.stuck_message()):
-                    return EpochResult(step, batch_offset + batches, mean, False, diverged=True)
+                stuck = isinstance(scaler, LossScaler) and scaler.stuck_message()
+                if not math.isfinite(mean) or stuck:
+                    return EpochResult(step, batch_offset + batches, mean, False, diverged=True,
+                                       reason=stuck or NOT_FINITE)
+                exploded = watch.observe(mean, num_classes)
                 if on_log is not None:
                     on_log(LogPoint(step, batch_offset + batches, mean, samples / max(now - last_time, 1e-9),
-                                    optimizer.param_groups[0]["lr"]))
+                                    optimizer.param_groups[0]["lr"], exploding=watch.streak > 0))
+                if exploded:
+                    return EpochResult(step, batch_offset + batches, mean, False, diverged=True, reason=exploded)
                 running.zero_()
                 since_log = samples = 0
                 last_time = now
     mean = _mean(total, batches)
     if not math.isfinite(mean):
-        return EpochResult(step, batch_offset + batches, mean, False, diverged=True)
+        return EpochResult(step, batch_offset + batches, mean, False, diverged=True, reason=NOT_FINITE)
     return EpochResult(step, batch_offset + batches, mean, True)
+
+
+def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, amp: str,
+                    scaler: torch.amp.GradScaler | None, clip: float) -> tuple[torch.Tensor, int]:
+    """Forward, backward, clip, step on one batch; returns the loss (on the device) and the class count."""
+    with autocast(x.device, amp):
+        logits = model(x)  # (B, C)
+        loss = F.cross_entropy(logits, y)
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    if clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)  # skipped when the scaled gradients overflowed; the scale then drops
+        scaler.update()
+    return loss, logits.shape[-1]
 
 
 def _mean(total: torch.Tensor, n: int) -> float:
@@ -266,6 +320,7 @@ class FitHooks:
     on_epoch_end: Callable[[int, EpochResult, EvalResult], None] | None = None  # (epoch, train, val)
     epochs: Callable[[], int] | None = None  # total epochs, may change live
     grad_clip: Callable[[], float] | None = None
+    augment: Callable[[torch.Tensor, int], torch.Tensor] | None = None  # (x, step) -> x, training batches only
 
 
 @dataclass
@@ -275,6 +330,7 @@ class FitResult:
     step: int
     batch_in_epoch: int  # batches done in the unfinished epoch (0 unless stopped mid-epoch)
     last_val: EvalResult | None = None
+    reason: str = ""  # why it diverged, in words
 
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tensor, train_y: torch.Tensor,
@@ -284,30 +340,37 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
         scaler: torch.amp.GradScaler | None = None) -> FitResult:
     """Train for `epochs` epochs (from `start_epoch`/`start_batch` when resuming), validating after each.
 
-    `scaler`: fp16 loss scaling made by the caller (who saves and restores it with the checkpoints); made
-    here when amp is fp16 and none is given."""
+    `hooks.augment` changes training batches only: validation here (and the test set in the worker) goes
+    through `evaluate`, which never augments. `scaler`: fp16 loss scaling made by the caller (who saves and
+    restores it with the checkpoints); made here when amp is fp16 and none is given."""
     from .data import batches, epoch_order
 
     hooks = hooks or FitHooks()
     total_epochs = hooks.epochs or (lambda: epochs)
     epoch, batch0, last_val = start_epoch, start_batch, None
     scaler = scaler or grad_scaler(train_x.device, amp)  # one per run: its scale carries over between epochs
+    watch = ExplosionWatch()  # one per run: a streak of exploded logs may cross an epoch boundary
     while epoch < total_epochs():
         order = epoch_order(len(train_x), seed, epoch).to(train_x.device)  # replayable for resume
         on_log = (lambda p, e=epoch: hooks.on_log(e, p)) if hooks.on_log else None
         result = train_one_epoch(model, optimizer, train_x, train_y, batches(order, batch_size, batch0),
                                  step=step, batch_offset=batch0, grad_clip=hooks.grad_clip or (lambda: 0.0),
                                  log_interval=log_interval, on_log=on_log, before_step=hooks.before_step, amp=amp,
-                                 scaler=scaler)
+                                 scaler=scaler, augment=hooks.augment, watch=watch)
         step = result.step
         if result.diverged:
-            return FitResult("diverged", epoch, step, result.batches_done, last_val)
+            return FitResult("diverged", epoch, step, result.batches_done, last_val, result.reason)
         if result.stopped:
             return FitResult("stopped", epoch, step, result.batches_done, last_val)
         last_val = evaluate(model, val_x, val_y, batch_size=eval_batch_size, amp=amp)
         # Inf weights can still give a finite loss (saturated gates): check both before anything is saved.
         if (len(val_x) and not math.isfinite(last_val.loss)) or not weights_finite(model):
-            return FitResult("diverged", epoch, step, result.batches_done, last_val)
+            return FitResult("diverged", epoch, step, result.batches_done, last_val, NOT_FINITE)
+        num_classes = last_val.probabilities.shape[1]
+        if len(val_x) and watch.above(last_val.loss, num_classes):  # exploded late in the epoch: do not save it
+            return FitResult("diverged", epoch, step, result.batches_done, last_val,
+                             f"the validation loss {last_val.loss:.4g} is above {watch.limit(num_classes):.1f} "
+                             f"({watch.factor:g}x the loss of guessing at random)")
         epoch, batch0 = epoch + 1, 0
         if hooks.on_epoch_end:
             hooks.on_epoch_end(epoch, result, last_val)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,17 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link `source` as `target` (no extra disk), or copy it where links are not possible.
+
+    Safe because files here are only ever replaced by rename (atomic_write): a later rewrite of
+    `source` gives it a new inode and leaves `target` holding the content it had now."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

@@ -15,6 +15,7 @@ from PIL import Image
 
 from .checkpoint import Checkpoint, load_checkpoint
 from .engine import mode
+from .explain import integrated_gradients, prefix_probabilities
 
 BLANK_INK = 0.05  # a canvas whose brightest pixel is under 5% of full white is blank
 MIN_INK_PIXELS = 4
@@ -132,3 +133,21 @@ class Predictor:
         with mode(self.model, False):
             logits = self.model(x.unsqueeze(0).to(self.device))  # (1, C)
         return logits.softmax(dim=1)[0].float().cpu().numpy()
+
+    def read_rows(self, image: np.ndarray | torch.Tensor) -> np.ndarray | None:
+        """(28, num_classes): row t = class probabilities after reading only rows 0..t (None when blank).
+
+        Each prefix is a shorter sequence read in both directions, as the model reads a whole image, so
+        the last row equals `predict(image)`."""
+        x = prepare(image)
+        return None if x is None else prefix_probabilities(self.model, x)
+
+    def attribution(self, image: np.ndarray | torch.Tensor, target: int | None = None) -> np.ndarray | None:
+        """(28, 28): how much each pixel of the model's input pushed class `target` (default: the
+        predicted one), by integrated gradients from a black image; None when the canvas is blank.
+
+        Runs backward through the LSTM in eval mode with cuDNN off for the call (see brnn_core.explain)."""
+        if target is not None and not 0 <= int(target) < len(self.classes):
+            raise ValueError(f"target {target} is not a class of this model; use 0 to {len(self.classes) - 1}")
+        x = prepare(image)
+        return None if x is None else integrated_gradients(self.model, x, target)[0]

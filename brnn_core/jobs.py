@@ -88,25 +88,36 @@ class JobRegistry:
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen] = {}
 
+    def _refuse_if_busy(self, runs_dir: Path, doing: str) -> None:
+        """One run trains at a time: raise naming the active one (call with the lock held)."""
+        self.reap()
+        busy = active_runs(runs_dir)
+        if busy:
+            raise RunError(f"run {busy[0].id} is still {busy[0].status()['state']}; "
+                           f"stop it (or wait for it) before {doing}")
+
     def start(self, runs_dir: Path, cfg: TrainConfig, *, data_dir: Path | None = None) -> Run:
         """Start a run unless one is already training: two quick clicks start exactly one."""
         with self._lock:
-            self.reap()
-            busy = active_runs(runs_dir)
-            if busy:
-                raise RunError(f"run {busy[0].id} is still {busy[0].status()['state']}; "
-                               "stop it (or wait for it) before starting another")
+            self._refuse_if_busy(runs_dir, "starting another")
             run, proc = start_worker(runs_dir, cfg, data_dir=data_dir)
             self._procs[run.id] = proc
             return run
 
+    def branch(self, runs_dir: Path, parent_ref: str, kind: str = "last", overrides: dict | None = None, *,
+               data_dir: Path | None = None) -> Run:
+        """Create a branch of `parent_ref` (branch.create_branch) and start it, under the same one-run rule."""
+        from .branch import create_branch
+
+        with self._lock:
+            self._refuse_if_busy(runs_dir, "starting a branch")
+            run = create_branch(runs_dir, parent_ref, kind, overrides, data_dir=data_dir)
+            self._procs[run.id] = spawn_worker(run, data_dir=data_dir)
+            return run
+
     def resume(self, run: Run, *, data_dir: Path | None = None) -> None:
         with self._lock:
-            self.reap()
-            busy = active_runs(run.path.parent)
-            if busy:
-                raise RunError(f"run {busy[0].id} is still {busy[0].status()['state']}; "
-                               "stop it before resuming another")
+            self._refuse_if_busy(run.path.parent, "resuming another")
             run.write_status(state=State.QUEUED, message="resuming", pid=None, created=time.time())
             self._procs[run.id] = spawn_worker(run, data_dir=data_dir, resume=True)
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,23 @@ class BiLSTM(nn.Module):
                             bidirectional=True, dropout=cfg.dropout if cfg.num_layers > 1 else 0.0)
         self.fc = nn.Linear(2 * cfg.hidden_size, cfg.num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         # x: (B, T=28, 28) floats in [0, 1]; zero initial states are nn.LSTM's default.
-        out, _ = self.lstm(x)  # (B, T, 2H): [forward | backward] at every step
+        # lengths (B,): read only the first lengths[b] rows of image b, in both directions (the rest is
+        # padding the LSTM never sees); None reads all T rows.
+        if lengths is None:
+            out, _ = self.lstm(x)  # (B, T, 2H): [forward | backward] at every step
+            at_end = out[:, -1, :]  # (B, 2H)
+        else:
+            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=x.shape[1])
+            at_end = out[torch.arange(len(x), device=x.device), lengths.to(x.device) - 1]  # (B, 2H) at each last row
         if self.cfg.head == "last":
             # (B, 2H) the blog's: the last layer's backward half has run only one step, on the last row
             # (it sees the image only through the layer below)
-            feat = out[:, -1, :]
+            feat = at_end
         else:
             h = self.cfg.hidden_size
             # forward state after the last row + backward state after the first row: both full passes
-            feat = torch.cat([out[:, -1, :h], out[:, 0, h:]], dim=1)  # (B, 2H)
+            feat = torch.cat([at_end[:, :h], out[:, 0, h:]], dim=1)  # (B, 2H)
         return self.fc(feat)  # (B, num_classes)

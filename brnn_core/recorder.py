@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .augment import Augmenter
 from .checkpoint import save_checkpoint
 from .config import TrainConfig
 from .engine import EpochResult, EvalResult, FitHooks, LogPoint, weights_finite
@@ -64,7 +65,9 @@ class Recorder:
 
     def hooks(self, before_step: Callable[[int], bool] | None) -> FitHooks:
         return FitHooks(before_step=before_step, on_log=self.on_log, on_epoch_end=self.on_epoch_end,
-                        epochs=lambda: self.settings["epochs"], grad_clip=lambda: self.settings["grad_clip"])
+                        epochs=lambda: self.settings["epochs"], grad_clip=lambda: self.settings["grad_clip"],
+                        augment=Augmenter(lambda: self.settings["augment"], dataset=self.cfg.dataset,
+                                          seed=self.cfg.seed))
 
     def status_extra(self) -> dict:
         """Progress fields every status.json write carries (the page's progress bar and ETA)."""
@@ -111,8 +114,10 @@ class Recorder:
                               step=point.step, heartbeat=time.time(), samples_per_s=point.samples_per_s,
                               loss=point.loss, **extra)
         self.printer("log", {**extra, "loss": point.loss, "samples_per_s": point.samples_per_s, "step": point.step})
-        # The logged loss predates the last update, so the weights may already be inf: never save those.
-        if time.perf_counter() - self.last_save > CHECKPOINT_EVERY_S and weights_finite(self.model):
+        # The logged loss predates the last update, so the weights may already be inf: never save those, nor
+        # weights whose loss is exploding (a diverged run keeps the last good last.pt).
+        if time.perf_counter() - self.last_save > CHECKPOINT_EVERY_S and not point.exploding \
+                and weights_finite(self.model):
             self.save_last()
 
     def on_epoch_end(self, epoch: int, result: EpochResult, val: EvalResult) -> None:
@@ -124,7 +129,7 @@ class Recorder:
         if val.loss < self.position.best_val:
             self.position.best_val = val.loss
             save_checkpoint(self.run.best_ckpt, self.model, classes=self.classes, epoch=epoch, step=result.step,
-                            train_config=self.cfg.to_dict(), metrics=metrics)
+                            train_config={**self.cfg.to_dict(), "live": dict(self.settings)}, metrics=metrics)
         self.run.log_event("epoch", f"epoch {epoch}: train loss {result.loss:.4f}, val loss {val.loss:.4f}, "
                                     f"val acc {100 * val.accuracy:.2f}%", step=result.step)
         self.run.write_status(step=result.step, val_loss=val.loss, val_acc=val.accuracy, **self.status_extra())

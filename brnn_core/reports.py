@@ -20,7 +20,7 @@ MISCLASSIFIED_KEPT = 200
 
 
 def write_report(run: Run, test: EvalResult, truth: torch.Tensor, classes: list[str], dataset: str,
-                 checkpoint: str = "best.pt") -> dict:
+                 checkpoint: str = "best.pt", extra: dict | None = None) -> dict:
     """report.json: the misclassified test images are kept by index, most confident mistakes first."""
     wrong = (test.predictions != truth).nonzero().flatten()
     confidence = test.probabilities.max(dim=1).values
@@ -33,6 +33,7 @@ def write_report(run: Run, test: EvalResult, truth: torch.Tensor, classes: list[
         "misclassified": [{"index": int(i), "true": int(truth[i]), "pred": int(test.predictions[i]),
                            "confidence": float(confidence[i])} for i in wrong],
     }
+    report.update(extra or {})  # e.g. my_drawings: held-out accuracy before/after (brnn_core.finetune)
     atomic_write_json(run.path / "report.json", report)
     return report
 

@@ -104,6 +104,7 @@ def summary_row(run_id: str, config: dict, status: dict, metrics: ValSummary, no
         "test_acc": metrics.test_acc,
         "duration_s": round(float(ended) - float(started), 1) if started and ended else None,
         "device": config.get("device"),
+        "parent": (config.get("parent") or {}).get("run_id"),  # a branch's parent run (branch.py)
     }
 
 

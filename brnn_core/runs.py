@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from .control import command_line
-from .fileio import append_line, atomic_write_json, read_complete_lines, read_json
+from .fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
 from .states import ACTIVE_STATES, State
 
 METRIC_COLUMNS = ["step", "epoch", "split", "loss", "accuracy", "lr", "samples_per_s", "elapsed_s"]
@@ -185,8 +185,12 @@ def worker_alive(status: dict) -> bool:
         return False
 
 
-def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None) -> Run:
-    """Make a complete run directory in one rename: nobody ever sees a half-created run."""
+def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None,
+               files: dict[str, Path] | None = None) -> Run:
+    """Make a complete run directory in one rename: nobody ever sees a half-created run.
+
+    `files` maps paths inside the run (e.g. checkpoints/parent.pt) to files linked or copied in
+    before the rename (a branch's starting checkpoint)."""
     runs_dir = Path(runs_dir)
     runs_dir.mkdir(parents=True, exist_ok=True)
     run_id = validate_run_id(run_id or new_run_id(str(config.get("dataset", "run"))))
@@ -204,6 +208,8 @@ def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None) -> Ru
         append_line(run.metrics_path, ",".join(METRIC_COLUMNS))
         run.events_path.touch()
         run.control_path.touch()
+        for name, source in (files or {}).items():
+            link_or_copy(Path(source), staging / name)
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -233,7 +239,7 @@ def list_runs(runs_dir: Path) -> list[Run]:
 
 
 SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "batch", "lr", "optimizer",
-                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device"]
+                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent"]
 
 
 def summary(run: Run) -> dict:

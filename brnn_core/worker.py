@@ -3,10 +3,11 @@
 This is what both `python -m brnn_core train` and the dashboard's background worker
 execute, so a CLI run and a dashboard run are the same code and can be watched the same way.
 The pieces, in the order a run meets them: `prepare_device`, `load_splits`, `restore` (resume
-from last.pt), a `Recorder` (recorder.py) and a `Controller` (control.py) as `engine.fit`'s
-hooks, then one `end_*` function per way a run ends. `run_training` turns any error into a
-`failed` run whose message says what to fix. A sweep trial calls `run_training` in its own
-process, with `after_epoch` to report to its scheduler.
+from last.pt) or `branch.start_branch` (a branch's first start: its parent's checkpoint), a
+`Recorder` (recorder.py) and a `Controller` (control.py) as `engine.fit`'s hooks, then one
+`end_*` function per way a run ends. `run_training` turns any error into a `failed` run whose
+message says what to fix. A sweep trial calls `run_training` in its own process, with
+`after_epoch` to report to its scheduler.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from pathlib import Path
 import torch
 
 from .allocator import tune_malloc
-from .checkpoint import CheckpointError, check_state_matches, load_checkpoint
-from .config import LIVE_FIELDS, TrainConfig, resolve_device
+from .branch import drop_start_copy, start_branch, unstarted_branch
+from .checkpoint import CheckpointError, load_checkpoint
+from .config import LIVE_FIELDS, TrainConfig, resolve_augment, resolve_device
 from .control import Controller
 from .data import DatasetError, load_dataset, split_train_val
 from .engine import FitResult, evaluate, fit, grad_scaler, make_optimizer
 from .fileio import atomic_write, atomic_write_json
+from .finetune import DrawingMix, load_initial_weights
 from .loss_scaling import LossScaler
 from .model import BiLSTM, ModelConfig
 from .recorder import Position, Printer, Recorder
@@ -37,6 +40,7 @@ from .reports import write_report
 from .runs import Run
 from .states import State
 from .threads import ThreadKeeper, release_claim
+from .warmstart import start_from_checkpoint
 
 
 def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
@@ -45,8 +49,13 @@ def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
 
 
 def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Printer | None = None,
-                 after_epoch: Callable[[int, dict], None] | None = None) -> str:
-    """Train the run described by run/config.json in this process; returns the final state."""
+                 after_epoch: Callable[[int, dict], None] | None = None, resume_from: Path | None = None,
+                 before_start: Callable[[Controller], None] | None = None) -> str:
+    """Train the run described by run/config.json in this process; returns the final state.
+
+    `resume_from` continues from another checkpoint than the run's own last.pt (a PBT trial taking a
+    better trial's weights); `before_start(controller)` runs once restored, before the first step
+    (where PBT applies its new lr: the restored optimizer state brought back the old one)."""
     import psutil
 
     me = psutil.Process(os.getpid())
@@ -54,7 +63,8 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Pri
     run.write_status(state=State.LOADING, message="starting", pid=os.getpid(), pid_started=me.create_time(),
                      heartbeat=time.time(), started=run.raw_status().get("started") or time.time(), ended=None)
     try:
-        return _train(run, data_dir, resume, printer or (lambda kind, info: None), after_epoch)
+        return _train(run, data_dir, resume, printer or (lambda kind, info: None), after_epoch,
+                      resume_from=resume_from, before_start=before_start)
     except KeyboardInterrupt:
         run.log_event("stop", "interrupted from the keyboard")
         run.write_status(state=State.INTERRUPTED, message="interrupted from the keyboard", ended=time.time())
@@ -132,39 +142,36 @@ def load_splits(cfg: TrainConfig, data_dir: Path, device: torch.device, progress
 
 
 def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings: dict,
-            scaler: torch.amp.GradScaler | None = None) -> Position:
-    """Continue from the run's last.pt: weights, optimizer state, live settings (and the fp16 loss scale);
-    returns where it was."""
-    if not run.last_ckpt.is_file():
+            source: Path | None = None, scaler: torch.amp.GradScaler | None = None) -> Position:
+    """Continue from the run's last.pt (or `source`): weights, optimizer state, live settings and the fp16
+    loss scale; returns where it was."""
+    if source is None and not run.last_ckpt.is_file():
         run.log_event("resume", "no checkpoint was saved yet: starting again from step 0", step=0)
         run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])
         return Position()
-    ckpt = load_checkpoint(run.last_ckpt)
+    path = source or run.last_ckpt
+    ckpt = load_checkpoint(path)
     try:  # a last.pt of another architecture: name the layers and shapes, not torch's raw error
-        check_state_matches(model.state_dict(), ckpt.model_state)
+        start_from_checkpoint(ckpt, model, optimizer, settings, ckpt.train_config.get("live", {}))
     except CheckpointError as exc:
-        raise CheckpointError(f"{run.last_ckpt} does not belong to this run: {exc}") from None
-    model.load_state_dict(ckpt.model_state)
-    if ckpt.optimizer_state:
-        optimizer.load_state_dict(ckpt.optimizer_state)
+        raise CheckpointError(f"{path} does not belong to this run: {exc}") from None
     if scaler is not None and ckpt.scaler_state:
         scaler.load_state_dict(ckpt.scaler_state)
-    settings.update({k: v for k, v in ckpt.train_config.get("live", {}).items() if k in settings})
-    for group in optimizer.param_groups:  # the optimizer's saved state carries the lr it had then
-        group["lr"] = settings["lr"]
     best_val = load_checkpoint(run.best_ckpt).metrics.get("val_loss", math.inf) if run.best_ckpt.is_file() \
         else math.inf
     dropped = drop_metrics_after(run, ckpt.step)
-    run.log_event("resume", f"resumed from last.pt at epoch {ckpt.epoch}, step {ckpt.step}"
+    run.log_event("resume", f"resumed from {'last.pt' if source is None else source} at epoch {ckpt.epoch}, "
+                            f"step {ckpt.step}"
                   + (f" ({dropped} metric rows logged after that checkpoint were dropped)" if dropped else ""),
                   step=ckpt.step)
     return Position(ckpt.epoch, ckpt.batch_in_epoch, ckpt.step, best_val)
 
 
 def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
-           after_epoch: Callable[[int, dict], None] | None) -> str:
+           after_epoch: Callable[[int, dict], None] | None, *, resume_from: Path | None = None,
+           before_start: Callable[[Controller], None] | None = None) -> str:
     config = run.config()
-    cfg = TrainConfig.from_dict(config.get("train", {}))
+    cfg = TrainConfig.from_dict({"augment": "off", **config.get("train", {})})  # runs from before augment: off
     device = prepare_device(cfg)
     keeper = ThreadKeeper(cfg.cpu_threads, on_change=lambda step, plan: run.log_event(
         "threads", f"now {plan.threads} CPU thread(s): {plan.why}", step=step)) if device.type == "cpu" else None
@@ -175,19 +182,29 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     splits = load_splits(cfg, data_dir, device, progress=lambda msg: run.write_status(message=msg))
     torch.manual_seed(cfg.seed)
     model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
+    init_note = load_initial_weights(model, cfg, splits.classes)  # fine-tuning: cfg.init_from's weights
+    mix = DrawingMix.prepare(cfg, data_dir, splits.classes, device, len(splits.train_y))  # None unless asked
+    if mix is not None:  # the user's drawings mixed into the training split; held-out accuracy "before"
+        splits.train_x, splits.train_y = mix.mixed(splits.train_x, splits.train_y)
+        config["my_drawings"] = mix.record(model, cfg, config.get("my_drawings"))
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
     scaler = grad_scaler(device, cfg.amp)  # fp16 only; lives in last.pt with the optimizer
-    start = restore(run, model, optimizer, settings, scaler) if resume else Position()
+    if unstarted_branch(run):  # a branch's first start: from its parent's checkpoint (branch.py)
+        start = start_branch(run, cfg, model, optimizer, settings)
+    else:
+        start = restore(run, model, optimizer, settings, resume_from, scaler) if resume else Position()
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
-                  classes=splits.classes, data_source=splits.source)
+                  classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset))
     atomic_write_json(run.config_path, config)
     recorder = Recorder(run, cfg, model, optimizer, classes=splits.classes, settings=settings, start=start,
                         steps_per_epoch=math.ceil(len(splits.train_y) / cfg.batch_size), printer=printer,
                         after_epoch=after_epoch, scaler=scaler)
     controller = Controller(run, optimizer, settings, status_extra=recorder.status_extra)
-    _begin(run, recorder, controller, device, splits)
+    _begin(run, recorder, controller, device, splits, note=init_note, fresh_last=resume_from is not None)
+    if before_start is not None:
+        before_start(controller)
     hooks = recorder.hooks(controller)
     if keeper is not None:  # other training processes come and go: re-plan this one's share between steps
         hooks.before_step = keeper.wrap(hooks.before_step)
@@ -199,35 +216,38 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     if result.state == State.DIVERGED:
         return end_diverged(run, cfg, settings, result, scaler)
     if result.state == State.STOPPED:
-        return end_stopped(run, recorder, result)
-    return end_finished(run, recorder, cfg, splits, result)
+        return end_stopped(run, recorder, result, controller.stop_reason)
+    return end_finished(run, recorder, cfg, splits, result, mix=mix, drawings=config.get("my_drawings"))
 
 
-def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.device, splits: Splits) -> None:
+def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.device, splits: Splits, *,
+           note: str | None = None, fresh_last: bool = False) -> None:
     """Apply commands sent before the worker ran, make sure a last.pt exists, and say training started."""
     step = recorder.position.step
     controller.step = step
     controller.poll()  # commands sent while no worker ran, e.g. `set epochs` before a resume
-    if not run.last_ckpt.is_file():
+    if fresh_last or not run.last_ckpt.is_file():  # fresh_last: restored from elsewhere, last.pt is now stale
         recorder.save_last()  # from now on a killed run always has a last.pt to resume
+    drop_start_copy(run)  # a branch resumes from its own last.pt from now on
     run.write_status(state=State.RUNNING, message=f"training on {device_name(device)}", step=step,
                      **recorder.status_extra())
     run.log_event("start", f"training {recorder.cfg.dataset} on {device_name(device)}: {len(splits.train_y)} "
-                           f"train, {len(splits.val_y)} val images, {recorder.steps_per_epoch} steps per epoch",
-                  step=step)
+                           f"train, {len(splits.val_y)} val images, {recorder.steps_per_epoch} steps per epoch"
+                           + (f"; {note}" if note else ""), step=step)
 
 
 # ---------------------------------------------------------------- how a run ends
 def end_diverged(run: Run, cfg: TrainConfig, settings: dict, result: FitResult,
                  scaler: LossScaler | None = None) -> str:
-    """The loss blew up: keep the last finite checkpoints and say what to change."""
+    """The loss blew up (NaN, a finite explosion, or fp16 steps skipped): keep the last good checkpoints
+    and say what to change."""
     saved = [p.name for p in (run.last_ckpt, run.best_ckpt) if p.is_file()]
     untrained = run.last_ckpt.is_file() and load_checkpoint(run.last_ckpt).step == 0 and len(saved) == 1
     decay = f", weight decay (now {cfg.weight_decay:g})" if cfg.weight_decay > 0 else ""
     if untrained:
         kept = "last.pt holds only the untrained starting weights (it diverged before the first save)."
     elif saved:
-        kept = (f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last finite weights "
+        kept = (f"{' and '.join(saved)} {'hold' if len(saved) > 1 else 'holds'} the last good weights "
                 "saved before it diverged.")
     else:
         kept = "no checkpoint was saved before it diverged."
@@ -235,28 +255,35 @@ def end_diverged(run: Run, cfg: TrainConfig, settings: dict, result: FitResult,
     if stuck:
         message = f"diverged at step {result.step}: {stuck}; {kept}"
     else:
-        message = (f"diverged at step {result.step}: the loss became NaN or infinite. Lower the learning rate "
-                   f"(now {settings['lr']:g}){decay} or turn on gradient clipping; {kept}")
+        message = (f"diverged at step {result.step}: {result.reason or 'the loss became NaN or infinite'}. Lower "
+                   f"the learning rate (now {settings['lr']:g}){decay} or turn on gradient clipping; {kept}")
     run.log_event("diverged", message, step=result.step)
     run.write_status(state=State.DIVERGED, message=message, ended=time.time(), step=result.step,
                      **({"skipped_steps": scaler.skipped_steps()} if isinstance(scaler, LossScaler) else {}))
     return State.DIVERGED
 
 
-def end_stopped(run: Run, recorder: Recorder, result: FitResult) -> str:
-    """Stopped on request: save where it stands so a resume continues from exactly here."""
+def end_stopped(run: Run, recorder: Recorder, result: FitResult, reason: dict | None = None) -> str:
+    """Stopped on request: save where it stands so a resume continues from exactly here.
+
+    `reason` comes with a stop a scheduler sent ({"source": "asha", "reason": "..."}): it is the message."""
     recorder.position.epoch, recorder.position.batch = result.epoch, result.batch_in_epoch
     recorder.position.step = result.step
     recorder.save_last()
-    run.log_event("stopped", f"stopped at step {result.step}; last.pt saved, resume continues from here",
-                  step=result.step)
-    run.write_status(state=State.STOPPED, message=f"stopped at step {result.step}, checkpoint saved",
-                     ended=time.time(), step=result.step, **recorder.status_extra())
+    why = f"{reason['reason']}; " if reason and reason.get("reason") else ""
+    run.log_event("stopped", f"{why}stopped at step {result.step}; last.pt saved, resume continues from here",
+                  step=result.step, **({"source": reason.get("source")} if reason else {}))
+    said = f"{reason['reason']} (step {result.step})" if why else f"stopped at step {result.step}, checkpoint saved"
+    run.write_status(state=State.STOPPED, message=said,
+                     ended=time.time(), step=result.step, stopped_by=(reason or {}).get("source"),
+                     **recorder.status_extra())
     return State.STOPPED
 
 
-def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits, result: FitResult) -> str:
-    """All epochs done: the final report on the test set, with the best weights (lowest validation loss)."""
+def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits, result: FitResult, *,
+                 mix: DrawingMix | None = None, drawings: dict | None = None) -> str:
+    """All epochs done: the final report on the test set, with the best weights (lowest validation loss);
+    with drawings mixed in, also their held-out accuracy before and after."""
     run.write_status(message="evaluating the best checkpoint on the test set")
     model = recorder.model
     if run.best_ckpt.is_file():
@@ -265,8 +292,11 @@ def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits,
                     num_classes=len(splits.classes))
     run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
                    elapsed_s=recorder.elapsed_s())
-    write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset)
-    message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(splits.test_y)} images)"
+    drawn, drawn_line = mix.finish(model, drawings) if mix is not None else (None, "")
+    write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset,
+                 extra={"my_drawings": drawn} if drawn else None)
+    message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(splits.test_y)} images)" \
+        + (f"; {drawn_line}" if drawn_line else "")
     run.log_event("finished", message, step=result.step)
     run.write_status(state=State.FINISHED, message=message, ended=time.time(), step=result.step,
                      test_acc=test.accuracy, test_loss=test.loss, **recorder.status_extra())

@@ -1,4 +1,5 @@
-"""Predict page: draw a digit, see the 28x28 image the model sees and its class probabilities."""
+"""Predict page: draw a digit, see the 28x28 image the model sees, its class probabilities, how the
+BiLSTM reads it row by row and which pixels decided; save drawings with their labels (my-drawings)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,20 @@ from streamlit_drawable_canvas import st_canvas
 
 from brnn_core import charts
 from brnn_core.checkpoint import CheckpointError
+from brnn_core.drawings import DrawingError, delete_drawing, save_drawing
 from brnn_core.inference import Predictor, prepare
 from brnn_core.uploads import UploadError, save_upload
-from ui.common import folders, run_index, short_id
+from ui import drawings as my
+from ui.common import flash, folders, run_index, short_id, show_flashes
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
 
 MAX_UPLOAD_MB = 50
 PICKER_CHECKPOINTS = 200  # the best ones (by validation accuracy); hundreds of sweep trials would bury them
-runs_dir, _ = folders()
+runs_dir, data_dir = folders()
 st.title("Draw a digit")
+show_flashes()
 
 
 @st.cache_resource(max_entries=8, show_spinner="Loading the checkpoint…")
@@ -30,12 +34,14 @@ def load_predictor(path: str, mtime: float) -> Predictor:
 
 
 def checkpoint_labels() -> dict[str, str]:
-    """label -> path for the saved checkpoints, best validation accuracy first (the default)."""
+    """path -> label for every saved checkpoint, best validation accuracy first (the default).
+
+    Paths are the select box's values, so a choice survives its label changing (a score appearing)."""
     def label(c) -> str:
         acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
-        return f"{short_id(c.run_id)} · {c.kind}{acc}"
+        return f"{short_id(c.run_id)} · {c.kind}{acc}{my.accuracy_label(c.path, data_dir)}"
 
-    return {label(c): str(c.path) for c in run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]}
+    return {str(c.path): label(c) for c in run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]}
 
 
 choices = checkpoint_labels()
@@ -55,8 +61,12 @@ if path is None:
         st.info("No checkpoint yet. Train a model on the **Train** page (the defaults take about a minute on a "
                 "CPU), or upload a checkpoint in the sidebar.")
         st.stop()
-    label = side.selectbox("Run checkpoint", list(choices), key="ckpt_choice")
-    path = choices[label]
+    wanted = st.session_state.pop("predict_checkpoint", None)  # "Open best in Predict" on the Sweep page
+    if wanted in choices:
+        st.session_state["ckpt_choice"] = wanted
+    # Options are paths (labels change when a score appears): the choice survives a new drawing.
+    path = side.selectbox("Run checkpoint", list(choices), key="ckpt_choice", format_func=choices.get,
+                          help="With 10 or more saved drawings, each checkpoint's accuracy on them is shown.")
 
 try:
     predictor = load_predictor(path, Path(path).stat().st_mtime)
@@ -69,10 +79,28 @@ side.caption(f"BiLSTM hidden {cfg.hidden_size}, {cfg.num_layers} layers, head {c
              f"{cfg.num_classes} classes{bare}")
 
 
+def on_save(canvas: np.ndarray, label: int, classes: list[str]) -> None:
+    try:
+        saved = save_drawing(data_dir, canvas, label, classes)
+    except (DrawingError, OSError) as exc:
+        flash("error", f"Not saved: {exc}")
+        return
+    flash("success", f"Saved as {saved.class_name}" + (" (held out for validation)." if saved.held_out else "."))
+    st.session_state["canvas_n"] += 1  # a fresh canvas for the next drawing
+    st.session_state["drawings_changed"] = True  # the listing below the fragment is redrawn (draw_and_predict)
+
+
+def on_delete(drawing_id: str) -> None:
+    try:
+        delete_drawing(data_dir, drawing_id)
+    except (DrawingError, OSError) as exc:
+        flash("error", f"Not deleted: {exc}")
+
+
 @st.fragment
 def draw_and_predict(predictor: Predictor) -> None:
-    """The canvas and its prediction. A stroke reruns only this fragment: the checkpoint listing above
-    (every run's files) is not read again per stroke."""
+    """The canvas, its prediction, the look inside and the save buttons. A stroke reruns only this fragment:
+    the checkpoint listing above (every run's files) and the saved drawings below are not read again."""
     left, right = st.columns([1, 1], gap="large")
     with left:
         stroke = st.slider("Stroke width", 5, 40, 20, help="About 20 px on this 280 px canvas matches MNIST's pen.")
@@ -85,8 +113,8 @@ def draw_and_predict(predictor: Predictor) -> None:
         st.caption("Draw one digit, large and centred, white on black. Each stroke updates the prediction.")
 
     with right:
-        image = result.image_data if result is not None else None
-        x = prepare(np.asarray(image)) if image is not None else None
+        image = np.asarray(result.image_data) if result is not None and result.image_data is not None else None
+        x = prepare(image) if image is not None else None
         if x is None:
             st.info("Draw a digit on the canvas to see what the model predicts.")
         else:
@@ -98,5 +126,47 @@ def draw_and_predict(predictor: Predictor) -> None:
             c2.caption(f"{100 * probs[top]:.1f}% probability")
             st.plotly_chart(charts.probabilities_figure(probs, predictor.classes), key="probs", on_select="ignore")
 
+    if x is not None:
+        st.subheader("How the BiLSTM reads your digit")
+        e1, e2 = st.columns([3, 2])
+        e1.plotly_chart(charts.reading_figure(x.numpy(), predictor.read_rows(x.numpy()), predictor.classes),
+                        key="reading", on_select="ignore")
+        e2.plotly_chart(charts.attribution_figure(x.numpy(), predictor.attribution(x.numpy(), top),
+                                                  predictor.classes[top]), key="attribution", on_select="ignore")
+        st.caption("Left: row t shows what the model predicts when it has read only rows 0 to t of the image (top "
+                   "down, and that part bottom up); the rows above the ink are its guess from a blank image. Right: "
+                   "integrated gradients from a black image; red pixels pushed it towards its answer, blue ones away. "
+                   "Attribution needs a backward pass through the LSTM, which cuDNN refuses in eval mode (the blog's "
+                   "crash), so that one call runs with cuDNN switched off: eval mode, no dropout, the same model.")
+
+    st.subheader("Teach it your handwriting")
+    if x is not None:
+        st.markdown("**Save this drawing as:**")
+        buttons = st.columns(min(len(predictor.classes), 10))
+        for i, name in enumerate(predictor.classes):
+            buttons[i % len(buttons)].button(name, key=f"save_{i}", on_click=on_save,
+                                             args=(image, i, predictor.classes),
+                                             help=f"Save this drawing labelled {name}", width="stretch")
+    if st.session_state.pop("drawings_changed", False):
+        st.rerun()  # a drawing was saved: the whole page, so the listing and the message show it
+
 
 draw_and_predict(predictor)
+
+MAX_SHOWN = 64
+listing = my.drawings(data_dir)
+for warning in listing.warnings:
+    st.warning(f"My drawings: {warning}")
+mine = [(d, img) for d, img in zip(listing.drawings, listing.images, strict=True)
+        if list(d.classes) == predictor.classes]
+held = sum(d.held_out for d, _ in mine)
+st.caption(f"{len(mine)} saved drawing{'' if len(mine) == 1 else 's'} for these classes ({held} held out for "
+           f"validation) in {data_dir / 'my-drawings'}. With 10 or more, the checkpoint picker scores each "
+           "checkpoint on them; on the Train page, *My drawings share* mixes them into training."
+           if mine else "No saved drawings yet: draw a digit, then click its true label to save it.")
+thumbs = st.columns(8)
+for k, (d, img) in enumerate(reversed(mine[-MAX_SHOWN:])):
+    with thumbs[k % 8]:
+        st.image(img, width=56, caption=f"{d.class_name}{' · held out' if d.held_out else ''}")
+        st.button("Delete", key=f"del_{d.id}", on_click=on_delete, args=(d.id,), icon=":material/delete:",
+                  help=f"Delete this {d.class_name}")

@@ -9,10 +9,15 @@ import streamlit as st
 from PIL import Image
 
 from brnn_core import charts
+from brnn_core.branch import branch_points, with_parents
 from brnn_core.data import DatasetError, load_dataset
+from brnn_core.drawings import MIN_FOR_ACCURACY
+from brnn_core.finetune import summary_line
 from brnn_core.reports import compute_report, read_report
 from brnn_core.runs import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
+from ui import drawings as my
+from ui.branch import branch_form
 from ui.common import flash, folders, memo, run_index, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
@@ -28,38 +33,52 @@ if table.empty:
     st.stop()
 
 shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100)
+scored = len(my.drawings(data_dir).drawings) >= MIN_FOR_ACCURACY  # below that, no checkpoint file is touched
+scores = [my.accuracy(Run(runs_dir / rid).best_ckpt, data_dir) if scored else None for rid in table["run_id"]]
+shown["my_drawings_acc"] = [100 * s[0] if s else None for s in scores]
 picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
-                      column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "duration_s", "step",
-                                    "epochs", "hidden", "layers", "head", "batch", "lr", "optimizer", "device"],
+                      column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "my_drawings_acc",
+                                    "duration_s", "step", "epochs", "hidden", "layers", "head", "batch", "lr",
+                                    "optimizer", "device", "parent"],
                       column_config={
                           "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
                           "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
+                          "my_drawings_acc": st.column_config.NumberColumn(
+                              "my drawings %", format="%.0f",
+                              help="best.pt on your saved drawings (Predict page), shown from 10 drawings on"),
                           "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
                           "lr": st.column_config.NumberColumn("lr", format="%g"),
                       })
 rows = picked.selection.rows if picked else []
 with_data = table[table["step"].fillna(0) > 0]["run_id"]
 selected = [table.iloc[i]["run_id"] for i in rows] or list(with_data[:3])
+shown_ids = with_parents(runs_dir, selected)  # a branch is drawn with the run it left, on one step axis
+parents = [rid for rid in shown_ids if rid not in selected]
 st.caption("Select rows (the boxes on the left) to overlay their curves; "
-           f"showing {', '.join(selected) if selected else 'nothing yet'}.")
+           f"showing {', '.join(selected) if selected else 'nothing yet'}"
+           + (f", with the parent runs {', '.join(parents)}." if parents else "."))
 
 o1, o2, o3 = st.columns(3)
 smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smooth")
 log_y = o2.toggle("Log scale", key="cmp_log")
-curves = {rid: index.metrics(rid) for rid in selected}  # only the overlaid runs' whole metrics
-curves_key = tuple((rid, id(df), len(df)) for rid, df in curves.items())  # a re-read run is a new frame
+curves = {rid: index.metrics(rid) for rid in shown_ids}  # only the overlaid runs' whole metrics
+points = branch_points(runs_dir, shown_ids)
+curves_key = (tuple((rid, id(df), len(df)) for rid, df in curves.items()), repr(points))  # a re-read run: new frame
 c1, c2 = st.columns(2)
 c1.plotly_chart(memo("cmp_train", (curves_key, smoothing, log_y), lambda: charts.compare_figure(
-    curves, smoothing=smoothing, what="train", log_y=log_y)), key="cmp_train", on_select="ignore")
-c2.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(curves, what="val", log_y=log_y)),
-                key="cmp_val", on_select="ignore")
+    curves, smoothing=smoothing, what="train", log_y=log_y, branches=points)), key="cmp_train", on_select="ignore")
+c2.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(
+    curves, what="val", log_y=log_y, branches=points)), key="cmp_val", on_select="ignore")
 
 st.divider()
-run_id = st.selectbox("Inspect one run", list(table["run_id"]),
-                      index=list(table["run_id"]).index(selected[0]), key="inspect")
+ids = list(table["run_id"])
+wanted = st.session_state.get("inspect")  # e.g. a branch just created by the form below
+default = wanted if wanted in ids else (selected[0] if selected else ids[0])
+run_id = st.selectbox("Inspect one run", ids, index=ids.index(default), key="inspect")
 run = Run(runs_dir / run_id)
 status = run.status()
 st.markdown(f"**{state_label(status.get('state'))}** · {status.get('message', '')}")
+branch_form(run, runs_dir, data_dir, key="runs_branch")
 
 
 @st.cache_data(max_entries=4, show_spinner="Loading test images…")
@@ -97,6 +116,9 @@ with tab_report:
         classes = report["classes"]
         st.metric("Test accuracy", f"{100 * report['accuracy']:.2f}%",
                   help=f"{report.get('size', '?')} test images, {report.get('checkpoint', 'best.pt')}")
+        if report.get("my_drawings"):
+            st.markdown(f"**Your drawings** ({report['my_drawings']['train']} mixed into training, "
+                        f"×{report['my_drawings']['repeats']}): {summary_line(report['my_drawings'])}")
         r1, r2 = st.columns(2)
         report_key = (run.id, report.get("checkpoint"), report.get("loss"), report.get("size"))
         r1.plotly_chart(memo("confusion", report_key, lambda: charts.confusion_figure(report["confusion_matrix"],

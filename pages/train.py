@@ -6,11 +6,22 @@ import streamlit as st
 import torch
 
 from brnn_core import charts
-from brnn_core.config import AMP_MODES, HEADS, LIVE_FIELDS, OPTIMIZERS, ConfigError, TrainConfig, device_choices
+from brnn_core.config import (
+    AMP_MODES,
+    AUGMENT_LEVELS,
+    HEADS,
+    LIVE_FIELDS,
+    OPTIMIZERS,
+    ConfigError,
+    TrainConfig,
+    device_choices,
+    resolve_augment,
+)
 from brnn_core.data import DATASETS, availability, default_dataset
 from brnn_core.progress import progress_text
 from brnn_core.runs import Run, RunError
-from brnn_core.states import ACTIVE_STATES, RESUMABLE_STATES, State
+from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
+from ui.branch import branch_form
 from ui.common import flash, folders, registry, run_picker, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
@@ -57,7 +68,7 @@ with left:
     st.subheader("Hyperparameters")
     if active:
         st.info(f"Run **{run.id}** is {state}. Architecture and data are fixed for it; "
-                "the learning rate, clipping and epochs can be changed live on the right.")
+                "the learning rate, clipping, epochs and augmentation can be changed live on the right.")
     device_options = device_choices()
     with st.expander("Data and device", expanded=not active):
         preset("dataset", form["dataset"])
@@ -72,6 +83,12 @@ with left:
         preset("val_fraction", form["val_fraction"])
         field("val_fraction", st.number_input, label="Validation fraction", step=0.05, format="%.2f",
               disabled=active)
+    with st.expander("Fine-tune on my drawings", expanded=False):
+        preset("init_from", form.get("init_from", ""))
+        field("init_from", st.text_input, label="Start from checkpoint", disabled=active,
+              placeholder="runs/<id>/checkpoints/best.pt (empty: random weights)")
+        preset("my_drawings", form.get("my_drawings", 0.0))
+        field("my_drawings", st.number_input, label="My drawings share", step=0.05, format="%.2f", disabled=active)
     with st.expander("Model", expanded=not active):
         for name, label in (("hidden_size", "Hidden size"), ("num_layers", "LSTM layers")):
             preset(name, form[name])
@@ -92,6 +109,10 @@ with left:
             preset(name, form[name])
             kwargs = {"format": fmt} if fmt else {}
             field(name, st.number_input, label=label, step=step, disabled=active, **kwargs)
+        preset("augment", form.setdefault("augment", defaults.augment))
+        field("augment", st.selectbox, label="Augmentation (training images only)", options=list(AUGMENT_LEVELS),
+              disabled=active, format_func=lambda a: f"auto: {resolve_augment(a, form['dataset'])} for this dataset"
+              if a == "auto" else a)
     with st.expander("Advanced"):
         for name, label in (("seed", "Seed"), ("log_interval", "Log every N steps"),
                             ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)")):
@@ -150,8 +171,9 @@ def on_apply_live(current: dict) -> None:
         value = st.session_state.get(f"live_{name}")
         if value is not None and value != current.get(name):
             cid = run.send_command("set", field=name, value=value)
-            st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = f"{name} → {value:g}"
-            sent.append(f"{name} → {value:g}")
+            shown = value if isinstance(value, str) else f"{value:g}"
+            st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = f"{name} → {shown}"
+            sent.append(f"{name} → {shown}")
     flash("info", "Sent: " + ", ".join(sent) if sent else "Nothing changed.")
 
 
@@ -184,13 +206,18 @@ with right:
         live = status.get("live") or {k: run.config().get("train", {}).get(k) for k in LIVE_FIELDS}
         with st.container(border=True):
             st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
-            c1, c2, c3, c4 = st.columns([2, 2, 2, 1], vertical_alignment="bottom")
+            c1, c2, c3, c5, c4 = st.columns([2, 2, 2, 2, 1], vertical_alignment="bottom")
             c1.number_input("Learning rate", value=float(live["lr"]), format="%.5f", step=0.001, key="live_lr",
                             min_value=0.0)
             c2.number_input("Gradient clipping", value=float(live["grad_clip"]), step=0.5, key="live_grad_clip",
                             min_value=0.0)
             c3.number_input("Total epochs", value=int(live["epochs"]), step=1, key="live_epochs", min_value=1)
+            aug = live.get("augment") or "off"  # a run from before augmentation existed has none
+            c5.selectbox("Augmentation", AUGMENT_LEVELS, index=AUGMENT_LEVELS.index(aug), key="live_augment",
+                         help=TrainConfig.help_for("augment"))
             c4.button("Apply", on_click=on_apply_live, args=(live,), use_container_width=True)
+    elif state in ENDED_STATES:
+        branch_form(run, runs_dir, data_dir, key="train_branch")
     o1, o2 = st.columns(2)
     smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, help="Exponential moving average, as in TensorBoard.")
     log_y = o2.toggle("Log scale (loss)", value=False)

@@ -12,14 +12,13 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import THREADS, refused_proxy, torch_threads, train_run, write_sample_as_idx
+from helpers import SMALL_MODEL, THREADS, refused_proxy, torch_threads, train_run, write_sample_as_idx
 from zygote import Zygote
 
 from brnn_core.runs import Run
 
 # The small model every inference/checkpoint/CLI test shares: 2 epochs of hidden 32 on mnist-sample
 # reach about 87% test accuracy on CPU in a few seconds.
-SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
 
 
 @pytest.fixture(scope="session", autouse=True)

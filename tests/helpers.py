@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "streamlit_app.py"
 THREADS = 1  # torch threads in the test process and in every worker it starts (see the module docstring)
 
+# The session's trained model (conftest's `finished`) and the runs that fine-tune like it.
+SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
+
 # A run that never finishes by itself: 8 steps an epoch (so last.pt and best.pt are rewritten about
 # every 8 steps), a metrics row every step, a status rewrite every step.
 TINY = {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "batch_size": 512,

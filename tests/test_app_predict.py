@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 from helpers import APP, copy_run
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig
+from brnn_core.drawings import checkpoint_accuracy
 from brnn_core.jobs import new_run_config
 from brnn_core.runs import create_run
 from ui.common import short_id
@@ -41,13 +43,16 @@ def test_checkpoint_picker_lists_best_and_last(dirs, finished):
     at = predict_page()
     picker = at.sidebar.selectbox(key="ckpt_choice")
     assert picker.label == "Run checkpoint"
-    assert picker.value.startswith(f"{short_id(run.id)} · best · val acc ")  # best first, with its accuracy
+    # Options show labels, the value is the checkpoint's path (a label changes when a score appears).
+    assert picker.options[picker.index].startswith(f"{short_id(run.id)} · best · val acc ")  # best first
+    assert picker.value == str(run.best_ckpt)
     assert any(option.startswith(f"{short_id(run.id)} · last") for option in picker.options)
     assert any("BiLSTM hidden 16, 2 layers, head bidir, 10 classes" in c.value for c in at.sidebar.caption)
     assert any("Draw a digit on the canvas" in i.value for i in at.info)  # nothing drawn yet
     # Switching to last.pt loads it without trouble.
-    picker.select(next(o for o in picker.options if "· last" in o)).run()
+    picker.select(str(run.last_ckpt)).run()
     assert not at.exception
+    assert at.sidebar.selectbox(key="ckpt_choice").value == str(run.last_ckpt)
 
 
 def test_damaged_checkpoint_shows_an_error_not_a_traceback(dirs, finished):
@@ -57,3 +62,57 @@ def test_damaged_checkpoint_shows_an_error_not_a_traceback(dirs, finished):
     run.best_ckpt.write_bytes(b"not a checkpoint at all")
     at = predict_page()
     assert any("cannot be used" in e.value for e in at.error)
+
+
+# ------------------------------------------------------------------ my drawings
+def save_rendered(data_dir, sample, n: int) -> list:
+    """n canvas-like drawings of real training digits (bench/drawn_digits.py's brush), saved with labels."""
+    from bench.drawn_digits import render
+    from brnn_core.data import MNIST_CLASSES
+    from brnn_core.drawings import save_drawing
+
+    rng = np.random.default_rng(0)
+    return [save_drawing(data_dir, render(sample.train_x[k].numpy(), rng), int(sample.train_y[k]), MNIST_CLASSES,
+                         now=1_767_225_600.0 + k) for k in range(n)]
+
+
+def test_no_drawings_yet_says_how_to_save_one(dirs, finished):
+    runs_dir, _ = dirs
+    copy_run(finished, runs_dir)
+    at = predict_page()
+    assert any(s.value == "Teach it your handwriting" for s in at.subheader)
+    assert any("No saved drawings yet: draw a digit, then click its true label" in c.value for c in at.caption)
+    assert not [b for b in at.button if b.label.isdigit()]  # nothing drawn: no save buttons yet
+
+
+def test_saved_drawings_are_listed_scored_and_deletable(dirs, finished, sample):
+    runs_dir, data_dir = dirs
+    run = copy_run(finished, runs_dir)
+    saved = save_rendered(data_dir, sample, 12)
+    at = predict_page()
+    picker = at.sidebar.selectbox(key="ckpt_choice")
+    acc, n = checkpoint_accuracy(run.best_ckpt, data_dir)
+    assert picker.options[picker.index].endswith(f" · my drawings {100 * acc:.0f}% (12)"), picker.options
+    held = sum(d.held_out for d in saved)
+    assert any(c.value.startswith(f"12 saved drawings for these classes ({held} held out for validation)")
+               for c in at.caption)
+    deletes = [b for b in at.button if b.label == "Delete"]
+    assert len(deletes) == 12
+    # Pick last.pt, then delete the newest drawing: the choice survives its label changing (12 -> 11).
+    picker.select(str(run.last_ckpt)).run()
+    next(b for b in at.button if b.key == f"del_{saved[-1].id}").click().run()
+    assert not at.exception
+    assert not saved[-1].meta_path.exists() and saved[0].meta_path.exists()
+    assert any(c.value.startswith("11 saved drawings") for c in at.caption)
+    picker = at.sidebar.selectbox(key="ckpt_choice")
+    assert picker.value == str(run.last_ckpt) and picker.options[picker.index].endswith("(11)")
+
+
+def test_a_damaged_drawing_file_is_a_warning_not_a_crash(dirs, finished, sample):
+    runs_dir, data_dir = dirs
+    copy_run(finished, runs_dir)
+    saved = save_rendered(data_dir, sample, 2)
+    saved[0].meta_path.write_text("{broken")
+    at = predict_page()
+    assert any(f"skipped {saved[0].id}.json: not valid JSON" in w.value for w in at.warning)
+    assert any(c.value.startswith("1 saved drawing for these classes") for c in at.caption)

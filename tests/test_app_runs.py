@@ -101,3 +101,39 @@ def test_an_active_run_cannot_be_deleted(dirs, finished):
     at.checkbox(key=f"sure_{run.id}").check().run()
     assert next(b for b in at.button if b.label == "Delete run").disabled
     assert run.path.is_dir()
+
+
+def test_table_scores_each_run_on_my_drawings(dirs, finished, sample):
+    """From 10 saved drawings on, each run's best.pt is scored on them (a column of the table)."""
+    from test_app_predict import save_rendered
+
+    from brnn_core.drawings import checkpoint_accuracy
+
+    runs_dir, data_dir = dirs
+    run = copy_run(finished, runs_dir)
+    save_rendered(data_dir, sample, 9)
+    at = runs_page()
+    assert at.dataframe(key="runs_table").value["my_drawings_acc"].isna().all()  # 9 drawings: no score yet
+    save_rendered(data_dir, sample, 10)  # 10 more (the first 9 digits again under new ids, and one): 19
+    at.run()
+    no_exception(at)
+    acc, n = checkpoint_accuracy(run.best_ckpt, data_dir)
+    assert n == 19
+    assert at.dataframe(key="runs_table").value["my_drawings_acc"].tolist() == [100 * acc]
+
+
+def test_report_of_a_run_fine_tuned_on_my_drawings(dirs, finished, sample):
+    """A real fine-tuning run (weights from the finished run, drawings mixed in): its report says before/after."""
+    from helpers import train_run
+    from test_app_predict import save_rendered
+
+    runs_dir, data_dir = dirs
+    save_rendered(data_dir, sample, 15)
+    run, state = train_run(runs_dir, data_dir, hidden_size=16, epochs=1, my_drawings=0.2,
+                           init_from=str(finished.best_ckpt))
+    assert state == "finished", run.status()
+    entry = run.config()["my_drawings"]
+    at = runs_page()
+    text = "\n".join(m.value for m in at.markdown)
+    assert f"**Your drawings** ({entry['train']} mixed into training, ×{entry['repeats']}): held-out drawings: " \
+           f"{100 * entry['before']:.1f}% -> " in text, text

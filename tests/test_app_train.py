@@ -218,3 +218,21 @@ def test_start_uses_values_changed_in_the_same_rerun(dirs):
     run = list_runs(runs_dir)[0]
     assert run.config()["train"]["hidden_size"] == 16
     assert run.config()["train"]["epochs"] == 7
+
+
+def test_fine_tune_fields_validate_inline(dirs, finished, tmp_path):
+    """Start from checkpoint (init_from) and My drawings share (my_drawings) are form fields like the others."""
+    at = app()
+    assert at.text_input(key="w_init_from").value == "" and at.number_input(key="w_my_drawings").value == 0.0
+    at.text_input(key="w_init_from").set_value(str(tmp_path / "nope.pt")).run()
+    no_exception(at)
+    assert "no checkpoint file" in inline_error_after(at, "Start from checkpoint")
+    assert buttons(at)["Start training"] is False
+    at.text_input(key="w_init_from").set_value(str(finished.best_ckpt))
+    at.number_input(key="w_my_drawings").set_value(0.6).run()
+    assert inline_error_after(at, "Start from checkpoint") is None
+    assert "out of range" in inline_error_after(at, "My drawings share")
+    at.number_input(key="w_my_drawings").set_value(0.2).run()
+    assert not at.error and buttons(at)["Start training"] is True
+    assert at.session_state["form"]["init_from"] == str(finished.best_ckpt)
+    assert at.session_state["form"]["my_drawings"] == pytest.approx(0.2)

@@ -17,9 +17,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from browser_server import CHROMIUM, VIEWPORT, Server, launch_chromium, screenshot, start_server, stop_server
 from helpers import REPO, finish_cli_training, kill_workers, start_cli_training, wait_for_state
+from PIL import Image
 
 from brnn_core.runs import Run, list_runs
 from ui.common import short_id
@@ -57,6 +59,7 @@ class Dashboard:
     server: Server
     runs_dir: Path
     side_dir: Path  # where the Predict page's model trains, away from the dashboard's runs
+    data_dir: Path
     trainer: subprocess.Popen
 
 
@@ -73,7 +76,7 @@ def dashboard(tmp_path_factory):
     server = None
     try:
         server = start_server(runs_dir, data_dir, root / "server.log")
-        yield Dashboard(server, runs_dir, side_dir, trainer)
+        yield Dashboard(server, runs_dir, side_dir, data_dir, trainer)
     finally:
         if trainer.poll() is None:
             trainer.kill()
@@ -280,9 +283,49 @@ def test_predict_a_drawn_seven(dashboard, finished, page):
     caption = page.locator("[data-testid=stCaptionContainer]").filter(has_text="% probability").first
     expect(caption).to_have_text(re.compile(r"^\d+\.\d% probability$"))
     assert abs(float(caption.inner_text().split("%")[0]) - chart_top) <= 0.051, (caption.inner_text(), chart_top)
+
+
+PLOT_JS = """(title) => [...document.querySelectorAll('.js-plotly-plot')].find(p => p._fullLayout && p._fullData
+    && String(p._fullLayout.title.text).includes(title))"""
+
+
+def plot_info(page, title: str) -> dict | None:
+    """Traces of the Plotly chart whose title contains `title`: their types and heatmap row counts."""
+    return page.evaluate(f"""(title) => {{ const p = ({PLOT_JS})(title); if (!p) return null;
+        return {{traces: p._fullData.map(d => d.type), rows: p._fullData.map(d => d.z ? d.z.length : 0),
+                 cols: p._fullData.map(d => d.z && d.z[0] ? d.z[0].length : 0)}}; }}""", title)
+
+
+def test_predict_shows_how_the_model_reads_and_saves_the_drawing(dashboard, finished, page):
+    """Continues on the drawn 7: the row-by-row heatmap, the attribution overlay, then saving it as a 7."""
+    from brnn_core.charts import ATTRIBUTION_TITLE, READING_TITLE
+
+    expect(page.get_by_text("How the BiLSTM reads your digit").first).to_be_visible()
+    page.wait_for_function(f"() => ({PLOT_JS})({READING_TITLE!r}) && ({PLOT_JS})({ATTRIBUTION_TITLE!r})", timeout=T)
+    reading = plot_info(page, READING_TITLE)
+    # The 28x28 image and, beside it, 28 rows (one per image row) x 10 classes.
+    assert reading == {"traces": ["heatmap", "heatmap"], "rows": [28, 28], "cols": [28, 10]}, reading
+    overlay = plot_info(page, ATTRIBUTION_TITLE)
+    assert overlay == {"traces": ["heatmap", "heatmap"], "rows": [28, 28], "cols": [28, 28]}, overlay
+    expect(page.get_by_text(f"{ATTRIBUTION_TITLE}: 7").first).to_be_visible()
+    expect(page.get_by_text(re.compile("cuDNN switched off")).first).to_be_visible()
     page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"
                            ".every(img => img.complete)", timeout=T)
     screenshot(page, "predict", SHOTS)
+
+    expect(page.get_by_text("No saved drawings yet").first).to_be_visible()
+    page.get_by_role("button", name="7", exact=True).click()
+    expect(page.get_by_text("Saved as 7.").first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^1 saved drawing for these classes \(0 held out")).first).to_be_visible()
+    expect(page.get_by_role("button", name="Delete")).to_have_count(1)
+    expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.").first).to_be_visible()
+    (meta,) = (dashboard.data_dir / "my-drawings").glob("*.json")
+    assert '"label": 7' in meta.read_text()
+    seen = np.asarray(Image.open(meta.with_name(meta.name.replace(".json", ".input.png"))))
+    assert seen.shape == (28, 28) and seen.max() > 200 and (seen > 50).sum() > 40  # the 7's strokes, as the model saw
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"
+                           ".every(img => img.complete)", timeout=T)
+    screenshot(page, "predict-saved", SHOTS)
 
 
 def test_runs_page_shows_a_confusion_matrix(dashboard, finished, page):

@@ -60,3 +60,33 @@ def test_probability_and_confusion_figures():
     assert list(fig.data[0].x) == ["a", "b", "c"] and fig.data[0].marker.color[1] == "rgb(214,39,40)"
     conf = charts.confusion_figure([[5, 1], [0, 4]], ["0", "1"])
     assert conf.data[0].z.tolist() == [[5, 1], [0, 4]]
+
+
+def test_reading_figure_lines_rows_up_with_the_image():
+    rng = np.random.default_rng(0)
+    image = rng.random((28, 28))
+    rows = rng.dirichlet(np.ones(10), size=28)  # (28, 10), each row sums to 1
+    fig = charts.reading_figure(image, rows, [str(i) for i in range(10)])
+    picture, heat = fig.data
+    np.testing.assert_allclose(np.asarray(picture.z), image)
+    np.testing.assert_allclose(np.asarray(heat.z), 100 * rows)
+    assert list(heat.y) == list(range(28)) and list(heat.x) == [str(i) for i in range(10)]
+    # One shared, reversed y axis: row 0 at the top of both, so image row t sits beside heatmap row t.
+    assert picture.yaxis == "y" and heat.yaxis == "y2" and fig.layout.yaxis2.matches == "y"
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis2.autorange == "reversed"
+    assert charts.READING_TITLE in fig.layout.title.text
+
+
+def test_attribution_overlay_scale_ignores_one_extreme_pixel():
+    image = np.zeros((28, 28))
+    image[10:18, 10:18] = 1.0  # 64 ink pixels
+    attr = np.zeros((28, 28))
+    attr[10:18, 10:18] = np.linspace(-1, 1, 64).reshape(8, 8)
+    attr[12, 12] = 50.0  # an outlier
+    fig = charts.attribution_figure(image, attr, "7")
+    base, overlay = fig.data
+    bound = np.percentile(np.abs(attr[image > 0]), 98)
+    assert overlay.zmin == -bound and overlay.zmax == bound and bound < 50
+    np.testing.assert_allclose(np.asarray(overlay.z), attr)
+    assert overlay.colorscale[2][1] == "rgba(255,255,255,0)"  # zero attribution is see-through
+    assert fig.layout.title.text == f"{charts.ATTRIBUTION_TITLE}: 7"

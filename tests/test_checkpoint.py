@@ -24,6 +24,7 @@ from brnn_core.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from brnn_core.config import LIVE_FIELDS
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.worker import run_training
 
@@ -206,7 +207,7 @@ def test_stop_mid_epoch_then_resume_continues_where_it_stopped(runs_dir, capsys)
 def test_resume_refuses_new_settings_and_active_runs(runs_dir, capsys):
     run = make_run(runs_dir, **RESUMABLE)
     assert cli.main(["train", "--resume", str(run.path), "--set", "hidden_size=8"]) == 2
-    assert "only lr, grad_clip, epochs can change" in capsys.readouterr().err
+    assert f"only {', '.join(LIVE_FIELDS)} can change" in capsys.readouterr().err
     rival = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # a live worker, not us
     try:
         run.write_status(state="running", pid=rival.pid, pid_started=psutil.Process(rival.pid).create_time())

@@ -331,20 +331,21 @@ UI_CASES = ["empty", "random-bytes", "truncated", "other-hidden-size", "missing-
 def test_predict_page_shows_an_error_for_each_bad_checkpoint(bad_files, good, tmp_path, monkeypatch):
     """Bad files planted as runs' best.pt, so the page's own picker offers them; then a code pickle."""
     runs_dir = tmp_path / "runs"
-    labels = {}
+    labels, paths = {}, {}
     for name in UI_CASES:
         run = make_run(runs_dir, base=TINY, epochs=1)
         run.best_ckpt.write_bytes(bad_files[name][0].read_bytes())
         labels[short_id(run.id)] = name  # the picker labels runs by time, dataset and suffix
+        paths[short_id(run.id)] = str(run.best_ckpt)
     at = app_test(monkeypatch, runs_dir, page="pages/predict.py")
     at.run()
     assert not at.exception, texts(at.exception)
     picker = at.sidebar.selectbox(key="ckpt_choice")
     seen = set()
-    for option in picker.options:
+    for option in picker.options:  # options show labels; the values are the files' paths
         run_id = option.split(" · ")[0]
         name = labels[run_id]
-        at.sidebar.selectbox(key="ckpt_choice").select(option).run()
+        at.sidebar.selectbox(key="ckpt_choice").select(paths[run_id]).run()
         assert not at.exception, (name, texts(at.exception))
         errors = texts(at.error)
         assert any("cannot be used" in e and re.search(bad_files[name][1], e) for e in errors), \

@@ -52,7 +52,7 @@ def test_every_bad_field_is_reported_in_one_error():
         assert f"  {name}: " in text
     assert "allowed 1 to 4096" in err.errors["hidden_size"]
     assert "out of range" in err.errors["lr"]
-    assert err.errors["dataset"] == "'imagenet' is not one of: mnist, fashion-mnist, mnist-sample"
+    assert err.errors["dataset"] == "'imagenet' is not one of: mnist, fashion-mnist, mnist-sample, kmnist"
     assert "CUDA is not available" in err.errors["device"]
 
 

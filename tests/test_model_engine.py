@@ -95,16 +95,19 @@ def test_confusion_matrix():
 
 # ------------------------------------------------------------------ the blog's bug
 class _BackwardNeedsTrainingMode(torch.autograd.Function):
-    """Identity whose backward refuses if the RNN was in eval mode at forward time, as cuDNN's does."""
+    """Identity whose backward refuses if the RNN was in eval mode at forward time, as cuDNN's does.
+
+    Like PyTorch on a GPU, the cuDNN kernel is used only while `torch.backends.cudnn.enabled`: a forward
+    pass with cuDNN switched off runs the native LSTM, whose backward works in either mode."""
 
     @staticmethod
     def forward(ctx, x, training):
-        ctx.training = training
+        ctx.refuse = not training and torch.backends.cudnn.enabled
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        if not ctx.training:
+        if ctx.refuse:
             raise RuntimeError(CUDNN_MESSAGE)
         return grad, None
 

@@ -1,0 +1,233 @@
+"""Branches: a new run that starts from another run's checkpoint and continues its step axis.
+
+`python -m brnn_core train --from RUN[:last|:best]` and the dashboard's "Branch from here" both
+call `create_branch`. A branch is an ordinary run directory whose config.json names its parent
+(`{"run_id", "checkpoint": "last"|"best", "step", "epoch"}`), with the parent's checkpoint
+hard-linked in as `checkpoints/parent.pt` (a snapshot: the parent may train on, or be deleted,
+before the branch starts). Its worker starts from that file (`start_branch`) until the branch has
+a last.pt of its own; a stopped branch resumes from its own last.pt like any run.
+
+What may change: lr, grad_clip, epochs (the total, counting the parent's), optimizer, weight decay,
+momentum, the dataset (with the same number of classes), and how it runs (batch size, dropout,
+device, amp, threads, log and eval intervals). What may not: the architecture (the weights would
+not load) and the seed / validation fraction (the branch would validate on images its parent
+trained on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from .config import TrainConfig
+from .data import DATASETS
+from .jobs import new_run_config
+from .recorder import Position
+from .runs import Run, RunError, create_run, resolve_run
+from .warmstart import start_from_checkpoint
+
+BRANCH_CHECKPOINTS = ("last", "best")
+ARCHITECTURE_FIELDS = ("hidden_size", "num_layers", "head")  # the checkpoint's weights fix these
+SPLIT_FIELDS = ("seed", "val_fraction")  # these fix which images are validation images
+PARENT_CKPT = "parent.pt"  # in the branch's checkpoints/: its starting point until it saves a last.pt
+
+
+class BranchError(RunError):
+    """A branch that cannot be made; the message names the problem and what to do instead."""
+
+
+@dataclass
+class BranchPlan:
+    """A validated branch, not yet on disk: `create_planned` writes it."""
+
+    parent: Run
+    kind: str  # last | best
+    checkpoint_path: Path
+    checkpoint: Checkpoint
+    cfg: TrainConfig  # the branch's full config (parent's values at the checkpoint + overrides)
+
+
+@dataclass(frozen=True)
+class BranchPoint:
+    """Where a branch leaves its parent, for the Runs overlay."""
+
+    child: str
+    parent: str
+    checkpoint: str
+    step: int
+    epoch: float
+
+
+def parse_from(ref: str) -> tuple[str, str]:
+    """'RUN' -> (RUN, 'last'); 'RUN:best' -> (RUN, 'best'). RUN is a run id or a run directory."""
+    base, sep, kind = str(ref).rpartition(":")
+    if sep and base and kind in BRANCH_CHECKPOINTS:
+        return base, kind
+    if sep and base and not Path(ref).exists():
+        raise BranchError(f"{ref!r}: after ':' comes the checkpoint, last or best (as in RUN:best)")
+    return str(ref), "last"
+
+
+def parent_values(parent: Run, ckpt: Checkpoint) -> dict:
+    """The parent's config as it stood when the checkpoint was saved (live changes included)."""
+    known = set(TrainConfig.field_names())
+    saved = {k: v for k, v in ckpt.train_config.items() if k in known}
+    base = {k: v for k, v in parent.config().get("train", {}).items() if k in known} or saved
+    return {**base, **{k: v for k, v in ckpt.train_config.get("live", {}).items() if k in known}}
+
+
+def default_epochs(parent_epochs: int, ckpt: Checkpoint) -> int:
+    """The parent's plan when it had epochs left at the checkpoint, else one more epoch."""
+    return parent_epochs if parent_epochs > ckpt.epoch else ckpt.epoch + 1
+
+
+def plan_branch(runs_dir: Path, parent_ref: str | Path, kind: str = "last",
+                overrides: dict | None = None) -> BranchPlan:
+    """Check everything about a branch before anything is written; raises BranchError/ConfigError."""
+    if kind not in BRANCH_CHECKPOINTS:
+        raise BranchError(f"checkpoint {kind!r}: branch from last or best")
+    parent = resolve_run(runs_dir, parent_ref)
+    path = parent.last_ckpt if kind == "last" else parent.best_ckpt
+    if not path.is_file():
+        other = "best" if kind == "last" else "last"
+        has_other = (parent.best_ckpt if kind == "last" else parent.last_ckpt).is_file()
+        why = "no epoch has finished yet" if kind == "best" else "it was never saved or has been removed"
+        raise BranchError(f"run {parent.id} has no {kind}.pt ({why}); "
+                          + (f"branch from {parent.id}:{other} instead" if has_other else "nothing to branch from"))
+    ckpt = load_checkpoint(path)
+    base = parent_values(parent, ckpt)
+    overrides = dict(overrides or {})
+    values = {**base, **overrides}
+    if "epochs" not in overrides:
+        values["epochs"] = default_epochs(int(base.get("epochs", 1)), ckpt)
+    cfg = TrainConfig.from_dict(values)
+    check_branch_config(cfg, base, ckpt, parent.id)
+    return BranchPlan(parent, kind, path, ckpt, cfg)
+
+
+def check_branch_config(cfg: TrainConfig, base: dict, ckpt: Checkpoint, parent_id: str) -> None:
+    """Refuse what a branch cannot change, each with the field, the values and what to do instead."""
+    model = ckpt.model_config
+    for name in ARCHITECTURE_FIELDS:
+        old, new = getattr(model, name), getattr(cfg, name)
+        if old != new:
+            raise BranchError(f"{name}: a branch keeps its parent's architecture ({name}={old}) because it starts "
+                              f"from its weights; {name}={new} needs new weights: start a new run instead "
+                              f"(python -m brnn_core train --set {name}={new})")
+    for name in SPLIT_FIELDS:
+        if name in base and getattr(cfg, name) != base[name]:
+            raise BranchError(f"{name}: a branch keeps its parent's {name} ({base[name]}), so it validates on images "
+                              f"its parent never trained on; to change it, start a new run instead")
+    classes = len(DATASETS[cfg.dataset].classes)
+    if classes != model.num_classes:
+        raise BranchError(f"dataset {cfg.dataset} has {classes} classes but {parent_id}'s model predicts "
+                          f"{model.num_classes}; branch on a dataset with {model.num_classes} classes")
+    if cfg.epochs <= ckpt.epoch:
+        raise BranchError(f"epochs={cfg.epochs}: epochs counts the parent's epochs too and the checkpoint is at "
+                          f"epoch {ckpt.epoch}; set epochs to at least {ckpt.epoch + 1}")
+
+
+def create_planned(plan: BranchPlan, data_dir: Path | None = None) -> Run:
+    """Write the branch's run directory (beside its parent) with the parent's checkpoint linked in."""
+    config = new_run_config(plan.cfg, data_dir)
+    config["parent"] = {"run_id": plan.parent.id, "checkpoint": plan.kind, "step": plan.checkpoint.step,
+                        "epoch": plan.checkpoint.epoch}
+    return create_run(plan.parent.path.parent, config, files={f"checkpoints/{PARENT_CKPT}": plan.checkpoint_path})
+
+
+def create_branch(runs_dir: Path, parent_ref: str | Path, kind: str = "last", overrides: dict | None = None, *,
+                  data_dir: Path | None = None) -> Run:
+    """Validate and create a branch of `parent_ref` (a run id in runs_dir, or a run directory); not started."""
+    return create_planned(plan_branch(runs_dir, parent_ref, kind, overrides), data_dir)
+
+
+# ---------------------------------------------------------------- the worker's side
+def parent_of(run: Run) -> dict | None:
+    parent = run.config().get("parent")
+    return parent if isinstance(parent, dict) and parent.get("run_id") else None
+
+
+def unstarted_branch(run: Run) -> bool:
+    """A branch that has not saved a last.pt of its own yet: it starts from its parent's checkpoint."""
+    return parent_of(run) is not None and not run.last_ckpt.is_file()
+
+
+def start_branch(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 settings: dict) -> Position:
+    """Load the parent's checkpoint into the fresh model and optimizer; log how the branch starts."""
+    parent = parent_of(run)
+    where = f"{parent['run_id']}'s {parent.get('checkpoint', 'last')}.pt"
+    path = run.checkpoint_dir / PARENT_CKPT
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the copy of {where} this branch starts from is gone; "
+                              "create the branch again")
+    try:
+        warm = start_from_checkpoint(path, model, optimizer, settings)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{where} does not fit this branch: {exc}") from None
+    run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])  # header only
+    ckpt, position = warm.checkpoint, warm.position
+    saved = ckpt.train_config
+    if position.batch and any(saved.get(k) != getattr(cfg, k) for k in ("dataset", "batch_size")):
+        position.batch = 0  # other batches: the unfinished epoch starts again from its first batch
+    state = "weights and optimizer state" if warm.optimizer_restored else \
+        f"weights, fresh optimizer state: {warm.fresh_reason}"
+    run.log_event("branch", f"branched from {where} at epoch {ckpt.epoch}, step {ckpt.step}: {state}",
+                  step=position.step, parent=parent["run_id"], checkpoint=parent.get("checkpoint"),
+                  optimizer_restored=warm.optimizer_restored)
+    log_changes(run, {**saved, **saved.get("live", {})}, cfg, position.step)
+    return position
+
+
+def log_changes(run: Run, before: dict, cfg: TrainConfig, step: int) -> None:
+    """One `set` event per field the branch changed, in the form of a live change (source: branch)."""
+    for name in TrainConfig.field_names():
+        old, new = before.get(name), getattr(cfg, name)
+        if old is not None and old != new:
+            run.log_event("set", f"{name} {_text(old)} -> {_text(new)} at step {step} (branch)", step=step,
+                          field=name, old=old, new=new, source="branch")
+
+
+def _text(value) -> str:
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
+
+
+def drop_start_copy(run: Run) -> None:
+    """Once a branch has its own last.pt, its copy of the parent's checkpoint is not needed again."""
+    if run.last_ckpt.is_file():
+        (run.checkpoint_dir / PARENT_CKPT).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- for the pages
+def with_parents(runs_dir: Path, run_ids: Iterable[str]) -> list[str]:
+    """`run_ids` followed by their ancestors that are still in runs_dir (a branch's parent, its parent...)."""
+    out = list(dict.fromkeys(run_ids))
+    for rid in out:  # grows while iterating: ancestors of ancestors
+        parent = parent_of(Run(Path(runs_dir) / rid))
+        if parent and parent["run_id"] not in out and Run(Path(runs_dir) / parent["run_id"]).exists():
+            out.append(parent["run_id"])
+    return out
+
+
+def branch_points(runs_dir: Path, run_ids: Iterable[str]) -> list[BranchPoint]:
+    """Where each of `run_ids` that is a branch leaves its parent."""
+    points = []
+    for rid in run_ids:
+        parent = parent_of(Run(Path(runs_dir) / rid))
+        if parent:
+            points.append(BranchPoint(rid, parent["run_id"], str(parent.get("checkpoint", "last")),
+                                      int(parent.get("step", 0)), float(parent.get("epoch", 0))))
+    return points
+
+
+def branch_defaults(parent: Run, kind: str) -> dict:
+    """The branch form's starting values for `parent`'s `kind` checkpoint (lr, grad_clip, epochs, optimizer)."""
+    ckpt = load_checkpoint(parent.last_ckpt if kind == "last" else parent.best_ckpt)
+    base = {**TrainConfig().to_dict(), **parent_values(parent, ckpt)}
+    return {"lr": float(base["lr"]), "grad_clip": float(base["grad_clip"]), "optimizer": base["optimizer"],
+            "epochs": default_epochs(int(base["epochs"]), ckpt), "min_epochs": ckpt.epoch + 1,
+            "step": ckpt.step, "epoch": ckpt.epoch}

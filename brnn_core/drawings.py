@@ -1,0 +1,221 @@
+"""The user's own drawings, saved with their true labels: the `my-drawings` dataset.
+
+Stored under `<data_dir>/my-drawings/`, three files per drawing, all named by its id:
+
+  <id>.canvas.png   the canvas as drawn (RGBA, as the browser sent it)
+  <id>.input.png    the 28x28 grey image the model saw (inference.preprocess, 8 bit like MNIST)
+  <id>.json         {"label", "class_name", "classes", "created", "held_out"}, written last
+
+The .json is what makes a drawing exist, so a save cut short leaves no half drawing in the list.
+Of each class, the 3rd, 8th, 13th, ... drawing saved is held out (`held_out`, fixed at saving):
+training mixes in only the others, so accuracy on the held-out ones is an honest before/after.
+A damaged or foreign file in the folder is skipped with a warning, never an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .fileio import atomic_write, atomic_write_json
+
+FOLDER = "my-drawings"
+NAME = "my-drawings"
+HOLD_OUT_EVERY, HOLD_OUT_AT = 5, 2  # per class: the drawings numbered 2, 7, 12, ... (from 0) are held out
+MIN_FOR_ACCURACY = 10  # fewer drawings than this say too little about a checkpoint to show a score
+_ID = re.compile(r"^\d{8}-\d{6}-\d{6}-[0-9a-f]{6}$")
+
+
+class DrawingError(ValueError):
+    """A drawing that cannot be saved or deleted; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Drawing:
+    id: str
+    label: int
+    class_name: str
+    classes: tuple[str, ...]
+    created: float
+    held_out: bool
+    folder: Path
+
+    @property
+    def canvas_path(self) -> Path:
+        return self.folder / f"{self.id}.canvas.png"
+
+    @property
+    def input_path(self) -> Path:
+        return self.folder / f"{self.id}.input.png"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.folder / f"{self.id}.json"
+
+
+@dataclass
+class Listing:
+    """The drawings that could be read, their 28x28 images, and one warning per file skipped."""
+
+    drawings: list[Drawing] = field(default_factory=list)
+    images: list[np.ndarray] = field(default_factory=list)  # (28, 28) uint8 each, same order
+    warnings: list[str] = field(default_factory=list)
+
+
+def drawings_dir(data_dir: Path | str) -> Path:
+    return Path(data_dir) / FOLDER
+
+
+def save_drawing(data_dir: Path | str, canvas: np.ndarray, label: int, classes: list[str],
+                 *, now: float | None = None) -> Drawing:
+    """Save a canvas drawing as class `label` of `classes`; refuses a canvas with no ink."""
+    from .inference import preprocess
+
+    classes = [str(c) for c in classes]
+    if isinstance(label, bool) or not isinstance(label, int | np.integer) or not 0 <= int(label) < len(classes):
+        raise DrawingError(f"label {label!r} is not a class here; use 0 to {len(classes) - 1} "
+                           f"({', '.join(classes)})")
+    canvas = np.asarray(canvas)
+    model_input = preprocess(canvas) if canvas.ndim == 3 else None
+    if model_input is None:
+        raise DrawingError("nothing to save: the canvas has no ink (or is not an RGBA canvas image). "
+                           "Draw the digit first, then save it with its label.")
+    folder = drawings_dir(data_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    now = time.time() if now is None else now
+    drawing_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f"-{int(now % 1 * 1e6):06d}-" \
+        + secrets.token_hex(3)
+    same_class = sum(1 for d in list_drawings(data_dir, classes).drawings if d.label == int(label))
+    drawing = Drawing(drawing_id, int(label), classes[int(label)], tuple(classes), now,
+                      same_class % HOLD_OUT_EVERY == HOLD_OUT_AT, folder)
+    rgba = np.clip(np.nan_to_num(canvas.astype(np.float32)), 0, 255).astype(np.uint8)
+    if rgba.shape[2] != 4:
+        rgba = np.asarray(Image.fromarray(rgba[..., :3]).convert("RGBA"))
+    _write_png(drawing.canvas_path, Image.fromarray(rgba, "RGBA"))
+    _write_png(drawing.input_path, Image.fromarray(to_uint8(model_input), "L"))
+    atomic_write_json(drawing.meta_path, {"label": drawing.label, "class_name": drawing.class_name,
+                                          "classes": list(classes), "created": now, "held_out": drawing.held_out})
+    return drawing
+
+
+def to_uint8(image: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A [0, 1] float image -> uint8, as the datasets store images."""
+    arr = image.numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
+    return np.clip(np.round(arr * 255.0), 0, 255).astype(np.uint8)
+
+
+def _write_png(path: Path, img: Image.Image) -> None:
+    atomic_write(path, lambda fh: img.save(fh, format="PNG"))
+
+
+def list_drawings(data_dir: Path | str, classes: list[str] | None = None) -> Listing:
+    """Every readable drawing, oldest first (only those labelled with `classes` when given)."""
+    listing = Listing()
+    folder = drawings_dir(data_dir)
+    if not folder.is_dir():
+        return listing
+    wanted = tuple(str(c) for c in classes) if classes is not None else None
+    for meta in sorted(folder.glob("*.json")):
+        try:
+            drawing, image = _read(meta)
+        except (OSError, ValueError, KeyError, TypeError, Image.DecompressionBombError) as exc:
+            listing.warnings.append(f"skipped {meta.name}: {exc}")
+            continue
+        if wanted is None or drawing.classes == wanted:
+            listing.drawings.append(drawing)
+            listing.images.append(image)
+    order = sorted(range(len(listing.drawings)), key=lambda i: listing.drawings[i].created)
+    listing.drawings = [listing.drawings[i] for i in order]
+    listing.images = [listing.images[i] for i in order]
+    return listing
+
+
+def _read(meta: Path) -> tuple[Drawing, np.ndarray]:
+    drawing_id = meta.name.removesuffix(".json")
+    if not _ID.match(drawing_id):
+        raise ValueError("not a drawing's file name")
+    try:
+        info = json.loads(meta.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+    classes = tuple(str(c) for c in info["classes"])
+    label = info["label"]
+    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(classes):
+        raise ValueError(f"label {label!r} is not one of its {len(classes)} classes")
+    drawing = Drawing(drawing_id, label, classes[label], classes, float(info["created"]),
+                      bool(info.get("held_out", False)), meta.parent)
+    with Image.open(drawing.input_path) as img:
+        if img.size != (28, 28):
+            raise ValueError(f"{drawing.input_path.name} is {img.size[0]}x{img.size[1]}, expected 28x28")
+        image = np.asarray(img.convert("L"), dtype=np.uint8)
+    if not drawing.canvas_path.is_file():
+        raise ValueError(f"{drawing.canvas_path.name} is missing")
+    return drawing, image
+
+
+def delete_drawing(data_dir: Path | str, drawing_id: str) -> None:
+    """Remove a drawing's three files (the .json first, so it leaves the list at once)."""
+    if not isinstance(drawing_id, str) or not _ID.match(drawing_id):
+        raise DrawingError(f"{drawing_id!r} is not a drawing id (like 20250101-120000-000000-a1b2c3)")
+    folder = drawings_dir(data_dir)
+    meta = folder / f"{drawing_id}.json"
+    if not meta.is_file():
+        raise DrawingError(f"no drawing {drawing_id} in {folder}; it may have been deleted already")
+    meta.unlink()
+    for suffix in (".canvas.png", ".input.png"):
+        with contextlib.suppress(FileNotFoundError):
+            (folder / f"{drawing_id}{suffix}").unlink()
+
+
+def as_tensors(listing: Listing, held_out: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, 28, 28) uint8 images and (N,) int64 labels; only the held-out (True) or training (False) part."""
+    keep = [i for i, d in enumerate(listing.drawings) if held_out is None or d.held_out == held_out]
+    x = torch.from_numpy(np.stack([listing.images[i] for i in keep])) if keep else torch.zeros(0, 28, 28,
+                                                                                               dtype=torch.uint8)
+    y = torch.tensor([listing.drawings[i].label for i in keep], dtype=torch.int64)
+    return x, y
+
+
+def load_drawings_dataset(data_dir: Path | str, classes: list[str] | None = None):
+    """The `my-drawings` dataset: training part = drawings not held out, test part = the held-out ones."""
+    from .data import MNIST_CLASSES, Dataset
+
+    classes = list(classes or MNIST_CLASSES)
+    listing = list_drawings(data_dir, classes)
+    train_x, train_y = as_tensors(listing, held_out=False)
+    test_x, test_y = as_tensors(listing, held_out=True)
+    return Dataset(NAME, classes, train_x, train_y, test_x, test_y, str(drawings_dir(data_dir)))
+
+
+def folder_signature(data_dir: Path | str) -> str:
+    """Cheap fingerprint of the drawings folder (names, sizes, mtimes; no image read): a cache key."""
+    folder = drawings_dir(data_dir)
+    try:
+        entries = sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(folder) if e.is_file())
+    except OSError:
+        return "none"
+    return hashlib.sha1(repr(entries).encode()).hexdigest()[:16]
+
+
+def checkpoint_accuracy(checkpoint: Path | str, data_dir: Path | str) -> tuple[float, int] | None:
+    """(accuracy, drawings) of a checkpoint on every drawing labelled with its classes; None under
+    MIN_FOR_ACCURACY drawings. A checkpoint trained with my_drawings has seen the non-held-out ones."""
+    from .checkpoint import load_checkpoint
+    from .engine import evaluate
+
+    ckpt = load_checkpoint(checkpoint)
+    x, y = as_tensors(list_drawings(data_dir, ckpt.classes))
+    if len(y) < MIN_FOR_ACCURACY:
+        return None
+    return evaluate(ckpt.build_model("cpu"), x, y, num_classes=len(ckpt.classes)).accuracy, len(y)

@@ -1,0 +1,113 @@
+"""Teaching a model the user's handwriting: start from a checkpoint, mix the saved drawings in.
+
+Two `TrainConfig` fields drive it, and the worker calls the pieces here:
+- `init_from`: a checkpoint whose weights the run starts from (fine-tuning instead of random weights).
+- `my_drawings`: the share of the training images that are the user's drawings (the ones not held
+  out, see brnn_core.drawings), each repeated enough times to make up that share of an epoch.
+The held-out drawings are never trained on; their accuracy with the starting weights ("before",
+only when fine-tuning) and with the final best weights ("after") goes into the run's report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .checkpoint import CheckpointError, check_state_matches, load_checkpoint
+from .config import TrainConfig
+from .data import DatasetError
+from .drawings import as_tensors, drawings_dir, list_drawings
+from .engine import evaluate
+
+
+def load_initial_weights(model: nn.Module, cfg: TrainConfig, classes: list[str]) -> str | None:
+    """Copy `cfg.init_from`'s weights into `model`; a line for the event log, or None when not set."""
+    if not cfg.init_from:
+        return None
+    path = Path(cfg.init_from).expanduser()
+    ckpt = load_checkpoint(path)
+    mc = ckpt.model_config
+    fix = f"set hidden_size={mc.hidden_size} num_layers={mc.num_layers} head={mc.head} to match it"
+    if (mc.hidden_size, mc.num_layers, mc.head) != (cfg.hidden_size, cfg.num_layers, cfg.head):
+        raise CheckpointError(f"init_from {path} is a hidden {mc.hidden_size}, {mc.num_layers}-layer model with "
+                              f"head {mc.head}; this run asks for hidden {cfg.hidden_size}, {cfg.num_layers} layers, "
+                              f"head {cfg.head}: {fix}")
+    if mc.num_classes != len(classes) or (not ckpt.bare and list(ckpt.classes) != list(classes)):
+        raise CheckpointError(f"init_from {path} predicts {', '.join(ckpt.classes)}, but {cfg.dataset} has "
+                              f"{', '.join(classes)}: start from a checkpoint trained on {cfg.dataset}")
+    check_state_matches(model.state_dict(), ckpt.model_state)
+    model.load_state_dict(ckpt.model_state)
+    return f"weights from {path} (trained {ckpt.epoch} epochs, {ckpt.step} steps)"
+
+
+@dataclass
+class DrawingMix:
+    """The user's drawings for one run: the training part (repeated) and the held-out part."""
+
+    train_x: torch.Tensor  # (K, 28, 28) uint8 on the training device
+    train_y: torch.Tensor  # (K,)
+    held_x: torch.Tensor  # (M, 28, 28) uint8, never trained on
+    held_y: torch.Tensor  # (M,)
+    repeats: int  # each training drawing appears this many times per epoch
+    folder: Path
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def prepare(cls, cfg: TrainConfig, data_dir: Path, classes: list[str], device: torch.device,
+                base_size: int) -> DrawingMix | None:
+        """The drawings labelled with `classes`, sized to `cfg.my_drawings` of the epoch; None when 0."""
+        if cfg.my_drawings <= 0:
+            return None
+        folder = drawings_dir(data_dir)
+        listing = list_drawings(data_dir, classes)
+        train_x, train_y = as_tensors(listing, held_out=False)
+        held_x, held_y = as_tensors(listing, held_out=True)
+        if not len(train_y):
+            raise DatasetError(
+                f"my_drawings={cfg.my_drawings:g} but {folder} holds no drawings to train on labelled with "
+                f"{cfg.dataset}'s classes ({len(held_y)} held out): save some on the Predict page, or set "
+                "my_drawings=0")
+        share = cfg.my_drawings
+        repeats = max(1, round(share * base_size / ((1.0 - share) * len(train_y))))  # K r / (N + K r) = share
+        return cls(train_x.to(device), train_y.to(device), held_x.to(device), held_y.to(device), repeats, folder,
+                   listing.warnings)
+
+    def mixed(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The base training images with the training drawings appended `repeats` times."""
+        return (torch.cat([x, self.train_x.repeat(self.repeats, 1, 1)]),  # (N + K r, 28, 28)
+                torch.cat([y, self.train_y.repeat(self.repeats)]))
+
+    def held_out_accuracy(self, model: nn.Module) -> float | None:
+        """Accuracy on the held-out drawings (None when there are none)."""
+        if not len(self.held_y):
+            return None
+        return evaluate(model, self.held_x, self.held_y).accuracy
+
+    def record(self, model: nn.Module, cfg: TrainConfig, previous: dict | None) -> dict:
+        """What config.json keeps about the mix; "before" is measured once, at the run's first start."""
+        measured = self.held_out_accuracy(model) if cfg.init_from and not previous else None
+        before = previous.get("before") if previous else measured  # resumed: measured at the first start
+        return {"folder": str(self.folder), "train": len(self.train_y), "held_out": len(self.held_y),
+                "repeats": self.repeats, "share": cfg.my_drawings, "before": before, "skipped": self.warnings}
+
+    def finish(self, model: nn.Module, recorded: dict) -> tuple[dict, str]:
+        """The report entry (before/after on the held-out drawings) and one line for the final message."""
+        after = self.held_out_accuracy(model)
+        entry = {**recorded, "after": after}
+        return entry, summary_line(entry)
+
+
+def summary_line(entry: dict) -> str:
+    """'held-out drawings: 40.0% -> 80.0% (5)' or why there is no number."""
+    n = entry.get("held_out", 0)
+    if not n:
+        return (f"{entry.get('train', 0)} of your drawings mixed in; none held out yet "
+                "(the 3rd drawing of a class is the first held out)")
+    before = entry.get("before")
+    after = entry.get("after")
+    start = f"{100 * before:.1f}% -> " if before is not None else "(trained from scratch) "
+    end = f"{100 * after:.1f}%" if after is not None else "?"
+    return f"held-out drawings: {start}{end} ({n})"

@@ -1,0 +1,72 @@
+"""`python -m brnn_core sweep ...`: the options (README "Sweeps and clusters") and their handler."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .plan import SCHEDULERS, SweepRequest
+from .records import METRICS
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    sw = sub.add_parser("sweep", help="search hyperparameters with Ray Tune (every trial is a run)")
+    sw.add_argument("--config", help="JSON file of TrainConfig fields: the base of every trial")
+    sw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix one base field (repeatable)")
+    sw.add_argument("--search", action="append", default=[], metavar="KEY=SPEC",
+                    help="search a field: choice:a,b,c grid:a,b,c uniform:lo:hi loguniform:lo:hi randint:lo:hi")
+    sw.add_argument("--trials", type=int, default=None, help="samples (grids multiply it; default 8, 1 for grids only)")
+    sw.add_argument("--scheduler", default="fifo", choices=SCHEDULERS)
+    sw.add_argument("--metric", default="val_loss", choices=list(METRICS))
+    sw.add_argument("--perturbation-interval", type=int, default=None, metavar="EPOCHS",
+                    help="pbt: epochs between exploit/explore steps (default 1)")
+    sw.add_argument("--concurrency", type=int, default=None, help="trials at once (default: what the machine holds)")
+    sw.add_argument("--cpus-per-trial", type=float, default=None, help="CPUs (= torch threads) per trial (default 1)")
+    sw.add_argument("--gpus-per-trial", type=float, default=None,
+                    help="GPU share per trial, e.g. 0.25 puts four on a GPU (default 0.25 with GPUs, else 0)")
+    sw.add_argument("--address", default=None, metavar="HOST:PORT",
+                    help="join a running Ray cluster (default $RAY_ADDRESS, else an embedded local Ray)")
+    sw.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $BRNN_RUNS_DIR or ./runs)")
+    sw.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
+    sw.add_argument("--name", default=None, help="a name for the sweep (part of its id)")
+    sw.add_argument("--keep-best", type=int, default=3, metavar="K",
+                    help="ended trials keeping last.pt: the best K (default 3); the others keep best.pt only")
+    sw.add_argument("--keep-all-checkpoints", action="store_true", help="keep every trial's last.pt")
+    sw.add_argument("--resume", metavar="SWEEP_ID", help="continue an interrupted sweep")
+    sw.add_argument("--sweep-id", default=None, help=argparse.SUPPRESS)  # the dashboard picks the id it will show
+    sw.set_defaults(func=cmd_sweep)
+    return sw
+
+
+def request_from(args) -> SweepRequest:
+    return SweepRequest(search=args.search, config=args.config, sets=args.set, trials=args.trials,
+                        scheduler=args.scheduler, metric=args.metric, perturbation_interval=args.perturbation_interval,
+                        concurrency=args.concurrency, cpus_per_trial=args.cpus_per_trial,
+                        gpus_per_trial=args.gpus_per_trial, address=args.address, name=args.name,
+                        keep_best=args.keep_best, keep_all=args.keep_all_checkpoints, sweep_id=args.sweep_id)
+
+
+def cmd_sweep(args) -> int:
+    from ..cli import BadInput, ensure_dataset
+    from ..data import default_data_dir
+    from ..runs import RunError, default_runs_dir
+    from .plan import plan_sweep
+    from .runner import resume_sweep, run_sweep
+    from .space import SweepError
+
+    runs_dir = (args.runs_dir or default_runs_dir()).resolve()
+    data_dir = (args.data_dir or default_data_dir()).resolve()
+    printer = lambda line: print(line, flush=True)  # noqa: E731
+    try:
+        if args.resume:
+            if args.search or args.set or args.config:
+                raise SweepError("--resume continues a sweep as it was planned: drop --search/--set/--config")
+            return resume_sweep(args.resume, runs_dir, printer)
+        if args.keep_best < 0:
+            raise SweepError(f"--keep-best {args.keep_best}: 0 or more")
+        plan = plan_sweep(request_from(args), runs_dir, data_dir)
+        ensure_dataset(plan.base["dataset"], data_dir)  # a missing download fails here, before Ray starts
+        return run_sweep(plan, request_from(args), runs_dir, data_dir, printer)
+    except (SweepError, RunError) as exc:
+        raise BadInput(str(exc)) from None
+

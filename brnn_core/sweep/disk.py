@@ -1,0 +1,82 @@
+"""Disk use of a sweep: a 500-trial sweep must not keep 500 copies of the optimizer state.
+
+Every trial keeps best.pt (weights only). last.pt (weights + Adam state, about three times
+bigger) stays only where it is still useful: trials that can be resumed (interrupted, or stopped
+by a person or by Stop sweep, not by the scheduler), trials still training, and the best
+`keep_best` trials by the sweep's metric (so the winners can be continued). What is removed is
+written down in the run: an event, `pruned` in status.json and a line in its status message, so
+the pages say the file is gone instead of offering it. Tune's own checkpoint copies (PBT) go when
+the sweep is over.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from ..runs import Run
+from ..states import State
+from .records import Sweep, ranked
+
+PRUNED_NOTE = "last.pt was removed to save disk (best.pt is kept), so this run cannot be resumed"
+
+
+def size_text(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+
+
+def prunable(status: dict) -> bool:
+    """Ended for good: finished, failed, diverged, or stopped early by the scheduler."""
+    state = status.get("state")
+    return state in (State.FINISHED, State.FAILED, State.DIVERGED) or (
+        state == State.STOPPED and bool(status.get("stopped_by")))
+
+
+def prune_sweep(sweep: Sweep, keep_best: int) -> list[str]:
+    """Remove last.pt from the trials that no longer need it; returns their run ids."""
+    info = sweep.raw()
+    metric = info.get("metric", "val_loss")
+    runs = sweep.trial_runs()
+    keep = {run.id for run, _ in ranked(runs, metric)[:max(keep_best, 0)]}
+    removed, total = [], 0
+    for run in runs:
+        if run.id in keep or not run.last_ckpt.is_file():
+            continue
+        status = run.status()
+        if prunable(status):
+            total += prune_last(run, status, f"not among the best {keep_best} trials by {metric}")
+            removed.append(run.id)
+    if removed:
+        before = info.get("pruned") or {}
+        pruned = {"last.pt": int(before.get("last.pt", 0)) + len(removed),
+                  "bytes": int(before.get("bytes", 0)) + total}
+        sweep.write(pruned={**before, **pruned})
+        sweep.log_event("pruned", f"removed last.pt of {len(removed)} trial(s), {size_text(total)}", runs=removed)
+    return removed
+
+
+def prune_last(run: Run, status: dict, why: str) -> int:
+    size = run.last_ckpt.stat().st_size
+    run.last_ckpt.unlink()
+    run.log_event("pruned", f"{PRUNED_NOTE} ({size_text(size)}; {why})", file="last.pt", bytes=size,
+                  step=status.get("step"))
+    message = status.get("message") or ""
+    run.write_status(pruned={"last.pt": {"time": time.time(), "bytes": size, "why": why}},
+                     message=f"{message} · {PRUNED_NOTE}" if message else PRUNED_NOTE)
+    return size
+
+
+def prune_tune_checkpoints(sweep: Sweep) -> int:
+    """Remove Tune's checkpoint copies (PBT's) once the sweep is over; returns the bytes freed."""
+    freed = 0
+    if not sweep.tune_dir.is_dir():
+        return 0
+    for folder in sweep.tune_dir.glob("*/checkpoint_*"):
+        if folder.is_dir():
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+    if freed:
+        before = sweep.raw().get("pruned") or {}
+        sweep.write(pruned={**before, "tune_checkpoints_bytes": int(before.get("tune_checkpoints_bytes", 0)) + freed})
+        sweep.log_event("pruned", f"removed Tune's checkpoint copies, {size_text(freed)}")
+    return freed

@@ -1,0 +1,213 @@
+"""From what was asked (`SweepRequest`: the CLI's options or the Sweep page's form) to a checked `SweepPlan`.
+
+Everything a user can get wrong is found here, before Ray starts and before anything is written:
+the base config, every search spec, the scheduler's needs, the resources this machine has, and
+whether the cluster address answers. Each problem is one `SweepError` naming the option and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..config import ConfigError, TrainConfig
+from .records import METRICS, new_sweep_id, sweeps_dir
+from .space import SearchSpec, SweepError, default_samples, parse_search, trial_count
+
+SCHEDULERS = ("fifo", "asha", "pbt")
+DEFAULT_GPU_SHARE = 0.25  # four small BiLSTMs per GPU by default (bench/README.md, "Sweeps")
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass
+class SweepRequest:
+    """A sweep as asked for, values as typed."""
+
+    search: list[str]
+    config: str | None = None
+    sets: list[str] = field(default_factory=list)
+    trials: int | None = None
+    scheduler: str = "fifo"
+    metric: str = "val_loss"
+    perturbation_interval: int | None = None
+    concurrency: int | None = None
+    cpus_per_trial: float | None = None
+    gpus_per_trial: float | None = None
+    address: str | None = None
+    name: str | None = None
+    keep_best: int = 3
+    keep_all: bool = False
+    sweep_id: str | None = None
+
+
+@dataclass
+class SweepPlan:
+    """A checked sweep: everything the driver needs, also what sweep.json records (`to_dict`)."""
+
+    sweep_id: str
+    name: str
+    base: dict
+    specs: list[SearchSpec]
+    samples: int
+    trials: int
+    scheduler: str
+    metric: str
+    perturbation_interval: int
+    concurrency: int
+    cpus_per_trial: float
+    gpus_per_trial: float
+    address: str | None  # None: an embedded local Ray
+    keep_best: int | None  # None: keep every last.pt
+
+    @property
+    def mode(self) -> str:
+        return METRICS[self.metric][1]
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["specs"] = {s.key: s.to_dict() for s in self.specs}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SweepPlan:
+        data = dict(data)
+        data["specs"] = [SearchSpec.from_dict(k, v) for k, v in data["specs"].items()]
+        return cls(**data)
+
+
+def base_config(request: SweepRequest, data_dir: Path) -> TrainConfig:
+    """--config then --set, read exactly as `train` reads them."""
+    from types import SimpleNamespace
+
+    from ..cli import load_train_config
+
+    return load_train_config(SimpleNamespace(config=request.config, set=request.sets), data_dir,
+                             check_device=request.address is None)
+
+
+def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPlan:
+    """Check everything that can be checked without Ray; raises SweepError or ConfigError."""
+    if request.scheduler not in SCHEDULERS:
+        raise SweepError(f"--scheduler {request.scheduler}: use one of {', '.join(SCHEDULERS)}")
+    if request.metric not in METRICS:
+        raise SweepError(f"--metric {request.metric}: use one of {', '.join(METRICS)}")
+    try:
+        cfg = base_config(request, data_dir)
+    except ConfigError as exc:
+        raise SweepError(f"the base config (--config/--set) is not valid:\n{exc}".replace("invalid training config:\n",
+                                                                                          "")) from None
+    specs = parse_search(request.search, cfg.to_dict(), scheduler=request.scheduler)
+    samples = request.trials if request.trials is not None else default_samples(specs)
+    if samples < 1:
+        raise SweepError(f"--trials {samples}: at least 1")
+    total = trial_count(specs, samples)
+    interval = check_schedule(request, cfg, total)
+    address = cluster_address(request.address)
+    cpus, gpus, concurrency = resources(request, cfg, total, local=address is None)
+    sweep_id = request.sweep_id or new_sweep_id(request.name)
+    if (sweeps_dir(runs_dir) / sweep_id / "sweep.json").exists():
+        raise SweepError(f"sweep {sweep_id} already exists in {sweeps_dir(runs_dir)}")
+    base = cfg.replace(cpu_threads=max(1, round(cpus))).to_dict()
+    return SweepPlan(sweep_id=sweep_id, name=request.name or sweep_id, base=base, specs=specs, samples=samples,
+                     trials=total, scheduler=request.scheduler, metric=request.metric, perturbation_interval=interval,
+                     concurrency=concurrency, cpus_per_trial=cpus, gpus_per_trial=gpus, address=address,
+                     keep_best=None if request.keep_all else request.keep_best)
+
+
+def check_schedule(request: SweepRequest, cfg: TrainConfig, total: int) -> int:
+    """The scheduler's own needs; returns PBT's perturbation interval in epochs (0 for the others)."""
+    if request.perturbation_interval is not None and request.scheduler != "pbt":
+        raise SweepError("--perturbation-interval only applies to --scheduler pbt")
+    if request.scheduler == "fifo":
+        return 0
+    if cfg.epochs < 2:
+        raise SweepError(f"--scheduler {request.scheduler} acts between epochs: set at least 2 (--set epochs=3)")
+    if request.scheduler == "asha":
+        return 0
+    if total < 2:
+        raise SweepError(f"--scheduler pbt copies good trials into bad ones: it needs at least 2 trials, not {total}")
+    interval = request.perturbation_interval or 1
+    if not 1 <= interval < cfg.epochs:
+        raise SweepError(f"--perturbation-interval {interval}: between 1 and epochs - 1 ({cfg.epochs - 1})")
+    return interval
+
+
+def cluster_address(address: str | None) -> str | None:
+    """--address, else $RAY_ADDRESS; checked to answer on TCP now, so a typo fails in seconds, not minutes."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None or address == "local":
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SweepError(f"--address {address}: write it as HOST:PORT, the head's `ray start --head --port=PORT`")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SweepError(f"--address {address}: nothing answers there ({exc.strerror or exc}). Start the head "
+                         f"with `ray start --head --port={port}` on {host}, or drop --address to run on this "
+                         "machine") from None
+    return address
+
+
+def local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def resources(request: SweepRequest, cfg: TrainConfig, total: int, *, local: bool) -> tuple[float, float, int]:
+    """(cpus, gpus per trial, concurrency): defaults fitted to this machine, or checked against it."""
+    cpus = request.cpus_per_trial if request.cpus_per_trial is not None else 1.0
+    if cpus <= 0:
+        raise SweepError(f"--cpus-per-trial {cpus:g}: must be above 0")
+    gpus_here = local_gpus() if local else None
+    gpus = request.gpus_per_trial
+    if gpus is None:
+        gpus = DEFAULT_GPU_SHARE if gpus_here and cfg.device != "cpu" else 0.0
+    if gpus < 0 or (gpus > 1 and not float(gpus).is_integer()):
+        raise SweepError(f"--gpus-per-trial {gpus:g}: a share of one GPU (0.25) or whole GPUs (2)")
+    if gpus > 0 and gpus_here == 0:
+        raise SweepError(f"--gpus-per-trial {gpus:g}: this machine has no CUDA GPU; drop --gpus-per-trial to train "
+                         "on the CPU, or give --address of a cluster with GPUs")
+    if gpus == 0 and cfg.device.startswith("cuda"):
+        raise SweepError(f"device {cfg.device} needs a GPU for each trial: add --gpus-per-trial (0.25 shares one GPU "
+                         "between four trials)")
+    if request.concurrency is not None:
+        if request.concurrency < 1:
+            raise SweepError(f"--concurrency {request.concurrency}: at least 1")
+        return cpus, gpus, request.concurrency
+    fit = int((os.cpu_count() or 1) // cpus) if local else total
+    if gpus and gpus_here:
+        fit = min(fit, int(gpus_here // gpus))
+    return cpus, gpus, max(1, min(total, fit))
+
+
+def fit_cluster(plan: SweepPlan, request: SweepRequest, available: dict) -> None:
+    """With --address: check the cluster can hold one trial, and fit the default concurrency to it."""
+    gpus_there = float(available.get("GPU", 0))
+    if request.gpus_per_trial is None and gpus_there and plan.base.get("device") != "cpu":
+        plan.gpus_per_trial = DEFAULT_GPU_SHARE
+    if plan.gpus_per_trial > gpus_there:
+        raise SweepError(f"--gpus-per-trial {plan.gpus_per_trial:g}: the cluster at {plan.address} has "
+                         f"{gpus_there:g} GPU(s); lower it or add GPU machines (`ray start --address=...`)")
+    cpus_there = float(available.get("CPU", 0))
+    if plan.cpus_per_trial > cpus_there:
+        raise SweepError(f"--cpus-per-trial {plan.cpus_per_trial:g}: the cluster at {plan.address} has "
+                         f"{cpus_there:g} CPU(s)")
+    if request.concurrency is None:
+        fit = int(cpus_there // plan.cpus_per_trial)
+        if plan.gpus_per_trial:
+            fit = min(fit, int(gpus_there // plan.gpus_per_trial))
+        plan.concurrency = max(1, min(plan.trials, fit))
+
+
+def describe(plan: SweepPlan, *, with_id: bool = True) -> str:
+    """One line saying what will run, printed before Ray starts (and under the Sweep page's form)."""
+    space = ", ".join(f"{s.key} {s.text}" for s in plan.specs)
+    where = f"cluster {plan.address}" if plan.address else "this machine (embedded Ray on 127.0.0.1)"
+    gpu = f", {plan.gpus_per_trial:g} GPU" if plan.gpus_per_trial else ""
+    return (f"{f'sweep {plan.sweep_id}: ' if with_id else ''}{plan.trials} trial(s) of {space}; scheduler "
+            f"{plan.scheduler} on {plan.metric}; {plan.concurrency} at a time, {plan.cpus_per_trial:g} CPU{gpu} each; "
+            f"{where}")

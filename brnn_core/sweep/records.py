@@ -1,0 +1,271 @@
+"""The sweep record: `RUNS/sweeps/<sweep_id>/`, a user-facing format like the run directory.
+
+    sweeps/<sweep_id>/
+      sweep.json      name, search space, scheduler and metric, base config, resources, trials (run ids),
+                      state (running|finished|stopped|failed|interrupted), best (run id and metric),
+                      address (local or the cluster's), times, what was pruned; rewritten atomically
+      events.jsonl    what the sweep did: started, stop asked for, resumed, pruned, ended
+      control.jsonl   requests to the sweep's driver (a `stop` line: Stop sweep, Ctrl-C)
+      tune/           Ray Tune's experiment folder (what `sweep --resume` restores)
+      driver.log      the driver's output when the dashboard started it
+      ray             Ray's temp and log folder (a link to it when the real path is too long for Ray's sockets)
+
+Each trial is an ordinary run directory in RUNS/ whose config.json carries `sweep_id` and `sweep`
+(the trial's number, Tune's trial id and the searched values), so every page shows it like any run.
+A sweep whose driver died without saying so reads as `interrupted`, like a run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..fileio import append_line, atomic_write_json, read_complete_lines, read_json
+from ..runs import Run, RunError, now_iso, validate_run_id, worker_alive
+from ..states import ACTIVE_STATES, State
+from .space import SearchSpec
+
+FORMAT_VERSION = 1
+SWEEP_STATES = (State.RUNNING, State.FINISHED, State.STOPPED, State.FAILED, State.INTERRUPTED)
+# metric name -> (metrics.csv column of the val rows, Tune mode)
+METRICS = {"val_loss": ("loss", "min"), "val_accuracy": ("accuracy", "max")}
+
+
+def sweeps_dir(runs_dir: Path) -> Path:
+    return Path(runs_dir) / "sweeps"
+
+
+def new_sweep_id(name: str | None = None) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", name or "sweep").strip("-")[:24] or "sweep"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}-{secrets.token_hex(2)}"
+
+
+def trial_index(trial_id: str) -> int | None:
+    """Tune's trial ids end in a counter (`3f2a1_00003` -> 3)."""
+    suffix = str(trial_id).rsplit("_", 1)[-1]
+    return int(suffix) if suffix.isdigit() else None
+
+
+def trial_run_id(sweep_id: str, trial_id: str) -> str:
+    """The run id of a Tune trial: `<sweep_id>-t03` for Tune's `3f2a1_00003`."""
+    index = trial_index(trial_id)
+    return f"{sweep_id}-t{index:02d}" if index is not None else f"{sweep_id}-{trial_id}"
+
+
+def trial_number(run_id: str) -> str:
+    return run_id.rsplit("-", 1)[-1]
+
+
+class Sweep:
+    """Reads and writes one sweep folder. Only the driver writes sweep.json; anyone may ask it to stop."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.id = self.path.name
+
+    @property
+    def json_path(self) -> Path:
+        return self.path / "sweep.json"
+
+    @property
+    def control_path(self) -> Path:
+        return self.path / "control.jsonl"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def tune_dir(self) -> Path:
+        return self.path / "tune"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "driver.log"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.path.parent.parent
+
+    def exists(self) -> bool:
+        return self.json_path.is_file()
+
+    def raw(self) -> dict:
+        return read_json(self.json_path, {}) or {}
+
+    def info(self) -> dict:
+        """sweep.json with the true state: a running sweep whose driver is gone is `interrupted`."""
+        info = self.raw()
+        if info.get("state") == State.RUNNING and not worker_alive({**info, "created": 0}):
+            info["state"] = State.INTERRUPTED
+            info["message"] = (f"the sweep's driver ended without saying so (killed, crashed, or the cluster head "
+                               f"was lost); `python -m brnn_core sweep --resume {self.id}` continues it")
+        return info
+
+    def write(self, **fields: Any) -> dict:
+        info = self.raw()
+        info.update(fields, updated=time.time())
+        atomic_write_json(self.json_path, info)
+        return info
+
+    def log_event(self, kind: str, message: str, **extra: Any) -> None:
+        append_line(self.events_path, json.dumps({"time": now_iso(), "kind": kind, "message": message, **extra},
+                                                 default=str))
+
+    def events(self) -> list[dict]:
+        lines, _ = read_complete_lines(self.events_path)
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def request_stop(self, source: str = "user") -> None:
+        """Ask the driver to stop every trial (each saves last.pt) and start no new one."""
+        append_line(self.control_path, json.dumps({"cmd": "stop", "time": now_iso(), "source": source}))
+
+    def stop_requested(self) -> bool:
+        """One stat while nothing was asked (the driver calls this every loop)."""
+        try:
+            if self.control_path.stat().st_size == 0:
+                return False
+        except FileNotFoundError:
+            return False
+        lines, _ = read_complete_lines(self.control_path)
+        return any('"stop"' in line for line in lines)
+
+    def clear_requests(self) -> None:
+        """Forget earlier stop requests (a resumed sweep starts with none)."""
+        if self.control_path.exists():
+            self.control_path.write_text("")
+
+    def specs(self) -> list[SearchSpec]:
+        return [SearchSpec.from_dict(k, v) for k, v in (self.raw().get("search") or {}).items()]
+
+    def trial_runs(self) -> list[Run]:
+        """The trials' run directories that exist, in trial order."""
+        runs = [Run(self.runs_dir / rid) for rid in self.raw().get("trials") or []]
+        return [r for r in runs if r.exists()]
+
+
+def resolve_sweep(runs_dir: Path, sweep_id: str) -> Sweep:
+    try:
+        validate_run_id(sweep_id)
+    except RunError:
+        raise RunError(f"{sweep_id!r} is not a valid sweep id (letters, digits, '.', '_', '-' only)") from None
+    sweep = Sweep(sweeps_dir(runs_dir) / sweep_id)
+    if not sweep.exists():
+        raise RunError(f"no sweep {sweep_id!r} in {sweeps_dir(runs_dir).resolve()}")
+    return sweep
+
+
+def list_sweeps(runs_dir: Path) -> list[Sweep]:
+    """Every sweep with a sweep.json, newest first."""
+    root = sweeps_dir(runs_dir)
+    if not root.is_dir():
+        return []
+    found = [Sweep(p) for p in root.iterdir() if p.is_dir() and (p / "sweep.json").is_file()]
+    return sorted(found, key=lambda s: s.id, reverse=True)
+
+
+def active_sweeps(runs_dir: Path) -> list[Sweep]:
+    return [s for s in list_sweeps(runs_dir) if s.info().get("state") == State.RUNNING]
+
+
+# ---------------------------------------------------------------- reading trials
+@dataclass
+class TrialScore:
+    """A trial's metric: the best value over its validation rows, the last one, and when."""
+
+    best: float | None
+    best_epoch: float | None
+    last: float | None
+    epochs_done: int
+
+
+def score(run: Run, metric: str) -> TrialScore:
+    column, mode = METRICS[metric]
+    val = run.metrics()
+    val = val[val["split"] == "val"].dropna(subset=[column])
+    if not len(val):
+        return TrialScore(None, None, None, 0)
+    row = val.loc[val[column].idxmin() if mode == "min" else val[column].idxmax()]
+    return TrialScore(float(row[column]), float(row["epoch"]), float(val[column].iloc[-1]), int(val["epoch"].max()))
+
+
+def better(a: float | None, b: float | None, metric: str) -> bool:
+    """True when score `a` beats `b` (None loses to anything)."""
+    if a is None:
+        return False
+    if b is None:
+        return True
+    return a < b if METRICS[metric][1] == "min" else a > b
+
+
+def ranked(runs: list[Run], metric: str) -> list[tuple[Run, TrialScore]]:
+    """Trials with a score, best first."""
+    scored = [(r, score(r, metric)) for r in runs]
+    scored = [(r, s) for r, s in scored if s.best is not None]
+    sign = 1.0 if METRICS[metric][1] == "min" else -1.0
+    return sorted(scored, key=lambda rs: sign * rs[1].best)
+
+
+def best_trial(sweep: Sweep) -> dict | None:
+    """{run_id, metric, value, epoch} of the best trial so far, or None before any epoch ended."""
+    metric = sweep.raw().get("metric", "val_loss")
+    top = ranked(sweep.trial_runs(), metric)
+    if not top:
+        return None
+    run, s = top[0]
+    return {"run_id": run.id, "metric": metric, "value": s.best, "epoch": s.best_epoch}
+
+
+def trials_table(sweep: Sweep) -> pd.DataFrame:
+    """One row per trial: state, searched values, progress, metric, why it ended early, last.pt."""
+    info = sweep.raw()
+    metric = info.get("metric", "val_loss")
+    keys = list((info.get("search") or {}).keys())
+    rows = []
+    for run in sweep.trial_runs():
+        status, cfg = run.status(), run.config()
+        s = score(run, metric)
+        searched = (cfg.get("sweep") or {}).get("searched") or {}
+        live = status.get("live") or {}
+        rows.append({"trial": trial_number(run.id), "run_id": run.id, "state": status.get("state"),
+                     **{k: live.get(k, searched.get(k)) for k in keys},  # PBT changes lr/clip live
+                     "epoch": status.get("epoch"), "epochs": live.get("epochs", cfg.get("train", {}).get("epochs")),
+                     f"best {metric}": s.best, f"last {metric}": s.last,
+                     "note": status.get("message") if status.get("stopped_by") or status.get("state") in (
+                         State.FAILED, State.DIVERGED, State.INTERRUPTED) else "",
+                     "last.pt": last_pt_label(run, status)})
+    columns = ["trial", "run_id", "state", *keys, "epoch", "epochs", f"best {metric}", f"last {metric}", "note",
+               "last.pt"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def last_pt_label(run: Run, status: dict) -> str:
+    if run.last_ckpt.is_file():
+        return "kept"
+    return "pruned" if (status.get("pruned") or {}).get("last.pt") else "none"
+
+
+def metric_curves(sweep: Sweep) -> dict[str, pd.DataFrame]:
+    """run id -> its validation rows (epoch, loss, accuracy), for the all-trials chart."""
+    out = {}
+    for run in sweep.trial_runs():
+        m = run.metrics()
+        out[run.id] = m[m["split"] == "val"][["epoch", "step", "loss", "accuracy"]]
+    return out
+
+
+def counts(sweep: Sweep) -> dict[str, int]:
+    """How many trials are in each state (active ones counted as running)."""
+    out: dict[str, int] = {}
+    for run in sweep.trial_runs():
+        state = run.status().get("state")
+        key = State.RUNNING if state in ACTIVE_STATES else state
+        out[key] = out.get(key, 0) + 1
+    return out

@@ -1,0 +1,238 @@
+"""The sweep driver: start (or join) Ray, run Ray Tune over trials that are ordinary runs, record the end.
+
+Embedded by default: `ray.init` starts a private Ray on 127.0.0.1 for this sweep, with Ray's own
+dashboard off and token authentication on, and `ray.shutdown()` ends it (Ray's reaper ends its
+processes even if this one is killed). With an address it joins a running cluster.
+
+Ray facts that shape this file (Ray 2.60, measured; README "Sweeps and clusters"):
+- Ray turns a node address of 127.0.0.1 into the machine's network address and then listens on
+  every interface; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes it keep 127.0.0.1 and listen only there.
+  It is read when ray is imported, so the environment is set up before that import.
+- `ray start --head` turns token authentication on; a client with an explicit address only sends
+  the token when RAY_AUTH_MODE=token, which is set here whenever a token is at hand.
+- Ray's unix sockets live under its temp folder and their paths must stay under ~107 bytes, so the
+  temp folder is a short one under the system temp dir, linked from the sweep folder as `ray`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..states import ACTIVE_STATES, State
+from .disk import prune_sweep, prune_tune_checkpoints
+from .plan import SweepPlan, SweepRequest, describe, fit_cluster, local_gpus
+from .records import FORMAT_VERSION, Sweep, best_trial, counts, resolve_sweep, sweeps_dir, trial_number
+from .space import SweepError
+
+REPO = Path(__file__).resolve().parents[2]
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0",  # no usage reports (no traffic off this machine)
+           "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C is ours: stop trials cleanly (see drive)
+           "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the run directories are the record, not Tune's CSV/TB files
+           "RAY_AIR_NEW_OUTPUT": "0"}  # with verbose=0: Tune prints nothing; our callback prints
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+EXIT = {State.FINISHED: 0, State.STOPPED: 0, State.FAILED: 1, State.INTERRUPTED: 1}
+
+
+def is_loopback(address: str | None) -> bool:
+    """True for no address (an embedded Ray) and for HOST:PORT on this machine's loopback."""
+    if address is None:
+        return True
+    host = address.rpartition(":")[0] if ":" in address else address
+    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+
+
+def token_available() -> bool:
+    """A Ray auth token this account can send: $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    return Path(path).is_file()
+
+
+def prepare_env(address: str | None) -> None:
+    """Environment for Ray, set before ray is imported (it reads some of it at import)."""
+    os.environ.update(RAY_ENV)
+    if is_loopback(address):
+        os.environ.update(LOOPBACK_ENV)
+    if "RAY_AUTH_MODE" not in os.environ and (address is None or token_available()):
+        # embedded: Ray's default made explicit (it creates ~/.ray/auth_token if missing); a cluster started
+        # with `ray start` asks for the token: send it with no extra step. RAY_AUTH_MODE=disabled is respected.
+        os.environ["RAY_AUTH_MODE"] = "token"
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # Tune's result files
+
+
+def ray_dir_for(sweep_dir: Path) -> Path:
+    """A temp folder short enough for Ray's socket paths (linked from the sweep folder as `ray`)."""
+    digest = hashlib.sha1(str(sweep_dir.resolve()).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"brnn-ray-{os.getuid() if hasattr(os, 'getuid') else 0}" / digest
+
+
+def worker_env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "BRNN_PROGRESS": "plain"}
+
+
+@contextlib.contextmanager
+def ray_session(plan: SweepPlan, ray_dir: Path):
+    """Ray for the length of the sweep: an embedded one, or a connection to `plan.address`."""
+    import ray
+
+    kwargs = dict(runtime_env={"env_vars": worker_env()}, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        if plan.address:
+            ray.init(address=plan.address, _node_ip_address="127.0.0.1" if is_loopback(plan.address) else None,
+                     **kwargs)
+        else:
+            cpus = math.ceil(plan.concurrency * plan.cpus_per_trial)  # PBT: this is what bounds concurrency
+            if plan.scheduler != "pbt":
+                cpus = max(os.cpu_count() or 1, cpus)
+            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, _temp_dir=str(ray_dir), num_cpus=cpus,
+                     num_gpus=local_gpus(), **kwargs)
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, AuthenticationError, RuntimeError...
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        where = plan.address or "this machine"
+        hint = (" The cluster wants its token: copy ~/.ray/auth_token from the head machine here, or set "
+                "RAY_AUTH_TOKEN." if "auth" in str(exc).lower() or "token" in str(exc).lower() else "")
+        raise SweepError(f"Ray did not start or connect on {where}: {type(exc).__name__}: {exc}.{hint}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def run_sweep(plan: SweepPlan, request: SweepRequest, runs_dir: Path, data_dir: Path, printer=print) -> int:
+    """Run a checked plan to its end; returns the exit code (0 finished or stopped, 1 failed/interrupted)."""
+    prepare_env(plan.address)
+    sweep_dir = sweeps_dir(runs_dir).resolve() / plan.sweep_id
+    ray_dir = ray_dir_for(sweep_dir)
+    with ray_session(plan, ray_dir) as ray:
+        if plan.address:
+            fit_cluster(plan, request, ray.cluster_resources())
+        printer(describe(plan))
+        sweep = create_sweep(plan, sweep_dir, ray_dir, data_dir)
+        printer(f"sweep folder: {sweep.path}  (Ray's logs: {ray_dir})")
+        from .tuning import build_tuner
+
+        return drive(sweep, build_tuner(plan, sweep, data_dir), plan, printer)
+
+
+def create_sweep(plan: SweepPlan, sweep_dir: Path, ray_dir: Path, data_dir: Path) -> Sweep:
+    """sweep.json, written once Ray runs (a bad address or spec leaves nothing behind)."""
+    import psutil
+
+    sweep_dir.mkdir(parents=True, exist_ok=True)  # exists already when the dashboard started us (driver.log)
+    sweep = Sweep(sweep_dir)
+    link = sweep_dir / "ray"
+    if not link.exists():
+        with contextlib.suppress(OSError):
+            link.symlink_to(ray_dir, target_is_directory=True)
+    now = time.time()
+    sweep.write(format_version=FORMAT_VERSION, id=plan.sweep_id, name=plan.name, created=now, started=now,
+                ended=None, state=State.RUNNING, message="starting", pid=os.getpid(),
+                pid_started=psutil.Process().create_time(), plan=plan.to_dict(),
+                search={s.key: s.to_dict() for s in plan.specs}, scheduler=plan.scheduler, metric=plan.metric,
+                mode=plan.mode, base=plan.base, address=plan.address or "local", ray_dir=str(ray_dir),
+                tune_dir=str(sweep.tune_dir), data_dir=str(Path(data_dir).resolve()), trials=[], best=None,
+                resources={"concurrency": plan.concurrency, "cpus_per_trial": plan.cpus_per_trial,
+                           "gpus_per_trial": plan.gpus_per_trial}, command=sys.argv)
+    sweep.log_event("start", describe(plan))
+    return sweep
+
+
+def drive(sweep: Sweep, tuner, plan: SweepPlan, printer) -> int:
+    """Tuner.fit with our Ctrl-C: the first one (or SIGTERM) stops every trial cleanly, a second aborts."""
+    def on_signal(signum, frame):
+        if sweep.stop_requested():
+            raise KeyboardInterrupt
+        sweep.request_stop("keyboard" if signum == signal.SIGINT else "signal")
+        printer("\nstopping the sweep: every trial saves last.pt, then ends (Ctrl-C again to abort)")
+
+    handlers = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # only the main thread may set handlers
+            handlers[sig] = signal.signal(sig, on_signal)
+    sweep.write(message="running")
+    try:
+        tuner.fit()
+        state, message = (State.STOPPED, "stopped on request") if sweep.stop_requested() else (State.FINISHED,
+                                                                                              "finished")
+    except KeyboardInterrupt:
+        state, message = State.INTERRUPTED, f"aborted: `python -m brnn_core sweep --resume {sweep.id}` continues it"
+    except Exception as exc:  # noqa: BLE001 - the record must say how the sweep ended
+        lost = "connection" in str(exc).lower() or "gcs" in str(exc).lower()
+        state = State.INTERRUPTED if lost else State.FAILED
+        message = f"{type(exc).__name__}: {exc}" + (f"; `sweep --resume {sweep.id}` continues it" if lost else "")
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return finish(sweep, plan, state, message, printer)
+
+
+def finish(sweep: Sweep, plan: SweepPlan, state: str, message: str, printer) -> int:
+    """Record the end: trials left waiting become `stopped`, checkpoints pruned, the best written down."""
+    release_waiting(sweep)
+    if plan.keep_best is not None:
+        prune_sweep(sweep, plan.keep_best)
+        if state in (State.FINISHED, State.STOPPED):
+            prune_tune_checkpoints(sweep)
+    best = best_trial(sweep)
+    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts(sweep).items()))
+    if best:
+        message += (f"; best {trial_number(best['run_id'])} ({best['run_id']}): {best['metric']} "
+                    f"{best['value']:.4f} at epoch {best['epoch']:g}")
+    sweep.write(state=state, message=f"{message} [{tally}]" if tally else message, ended=time.time(), best=best)
+    sweep.log_event("end", message, state=state)
+    printer(f"{state}: {message}" + (f"\ntrials: {tally}" if tally else ""))
+    return EXIT[state]
+
+
+def release_waiting(sweep: Sweep) -> None:
+    """Trials the scheduler had paused (queued under the driver's pid) end `stopped`, last.pt as it was."""
+    driver = sweep.raw().get("pid")
+    for run in sweep.trial_runs():
+        status = run.raw_status()
+        if status.get("state") in ACTIVE_STATES and status.get("pid") == driver:
+            run.log_event("stopped", "the sweep ended while this trial waited for its scheduler; last.pt is kept: "
+                                     "`train --resume` continues it", step=status.get("step"))
+            run.write_status(state=State.STOPPED, ended=time.time(), pid=None,
+                             message="the sweep ended while it waited for the scheduler; resumable from last.pt")
+
+
+def resume_sweep(sweep_id: str, runs_dir: Path, printer=print) -> int:
+    """`sweep --resume`: continue an interrupted sweep where Tune's experiment state left it."""
+    sweep = resolve_sweep(runs_dir, sweep_id)
+    info = sweep.info()
+    state = info.get("state")
+    if state == State.RUNNING:
+        raise SweepError(f"sweep {sweep_id} is still running (driver pid {info.get('pid')}); stop it first")
+    interrupted = [r for r in sweep.trial_runs() if r.status().get("state") == State.INTERRUPTED]
+    if state not in (State.INTERRUPTED, State.FAILED) and not interrupted:
+        raise SweepError(f"sweep {sweep_id} {state}: nothing to resume. Its trials are ordinary runs: continue one "
+                         "with `python -m brnn_core train --resume RUN`")
+    if not (sweep.tune_dir / "tuner.pkl").is_file():
+        raise SweepError(f"{sweep.tune_dir} holds no Tune experiment to restore")
+    plan = SweepPlan.from_dict(info["plan"])
+    prepare_env(plan.address)
+    ray_dir = ray_dir_for(sweep.path)
+    with ray_session(plan, ray_dir):
+        import psutil
+
+        sweep.clear_requests()
+        sweep.write(state=State.RUNNING, message="resuming", pid=os.getpid(),
+                    pid_started=psutil.Process().create_time(), ended=None,
+                    resumed=[*(info.get("resumed") or []), time.time()])
+        sweep.log_event("resume", f"resumed ({len(interrupted)} interrupted trial(s))")
+        printer(f"resuming {describe(plan)}")
+        from .tuning import build_tuner
+
+        return drive(sweep, build_tuner(plan, sweep, Path(info["data_dir"]), restore=True), plan, printer)

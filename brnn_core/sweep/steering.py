@@ -1,0 +1,183 @@
+"""The driver's side of a sweep inside Ray Tune: schedulers, a stopper and a callback that talk to runs.
+
+Tune's own way of ending a trial kills its thread in the middle of `tune.report`, which leaves no
+chance to save last.pt or say why. So every decision that ends a trial goes through the run's
+control channel instead, exactly like a click on Stop:
+- ASHA's STOP becomes a `stop` command carrying the scheduler's reason (the metric against the
+  rung's cut-off); Tune is told CONTINUE and the trial ends itself, `stopped`, between two steps;
+- Stop sweep (a `stop` line in the sweep's control.jsonl, also written on Ctrl-C) sends `stop` to
+  every trial, no new trial is started, and Tune is told to end once no trial is still training.
+Everything here holds only paths (Tune pickles it with the experiment for `Tuner.restore`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ray.tune import Callback
+from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
+from ray.tune.stopper import Stopper
+
+from ..runs import Run
+from ..states import ACTIVE_STATES, ENDED_STATES, State
+from .disk import prune_sweep
+from .records import Sweep, best_trial, trial_number, trial_run_id
+
+
+class SweepControl:
+    """The sweep folder seen from Tune's objects: which run a trial is, and whether to stop."""
+
+    def __init__(self, sweep_dir: Path | str):
+        self.sweep_dir = str(sweep_dir)
+
+    @property
+    def sweep(self) -> Sweep:
+        return Sweep(Path(self.sweep_dir))
+
+    def run_of(self, trial_id: str) -> Run:
+        sweep = self.sweep
+        return Run(sweep.runs_dir / trial_run_id(sweep.id, trial_id))
+
+    def stop_requested(self) -> bool:
+        return self.sweep.stop_requested()
+
+    def training(self) -> list[Run]:
+        """Trials whose own process is working (not those waiting, as `queued`, for the scheduler)."""
+        driver = self.sweep.raw().get("pid")
+        return [r for r in self.sweep.trial_runs()
+                if (s := r.status()).get("state") in ACTIVE_STATES and s.get("pid") != driver]
+
+
+class _Steered:
+    """Mixin for a Tune scheduler: starts no trial once the sweep is stopping."""
+
+    def __init__(self, *args, control: SweepControl, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.control = control
+
+    def choose_trial_to_run(self, tune_controller):
+        if self.control.stop_requested():
+            return None
+        return super().choose_trial_to_run(tune_controller)
+
+
+class Fifo(_Steered, FIFOScheduler):
+    """Every trial trains to the end."""
+
+
+class Pbt(_Steered, PopulationBasedTraining):
+    """Population Based Training; the exploit itself is applied by the trial (trial.apply_exploit)."""
+
+
+class Asha(_Steered, AsyncHyperBandScheduler):
+    """ASHA whose stops end the trial through its control channel, with the reason written down."""
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        rung = self._rung_before(trial, result)
+        action = super().on_trial_result(tune_controller, trial, result)
+        if action != TrialScheduler.STOP:
+            return action
+        if result.get(self._time_attr, 0) >= self._max_t or rung is None:
+            return TrialScheduler.CONTINUE  # its last epoch: it finishes by itself, test report included
+        milestone, cutoff, n = rung
+        value, epoch = result[self._metric], result[self._time_attr]
+        worse = "above" if self._metric_op < 0 else "below"
+        reason = (f"stopped early by ASHA at epoch {epoch:g}: {self._metric} {value:.4f} is {worse} the cut-off "
+                  f"{cutoff:.4f} of the rung at epoch {milestone:g} (only the best 1/{self._reduction_factor:g} of "
+                  f"the {n + 1} trials that reached it go on)")
+        self.control.run_of(trial.trial_id).send_command("stop", source="asha", reason=reason)
+        return TrialScheduler.CONTINUE
+
+    def _rung_before(self, trial, result: dict) -> tuple[float, float, int] | None:
+        """(milestone, cut-off in the metric's own units, trials recorded) of the rung this result meets."""
+        bracket = self._trial_info.get(trial.trial_id)
+        t = result.get(self._time_attr)
+        if bracket is None or t is None:
+            return None
+        for milestone, recorded in bracket._rungs:
+            if t >= milestone and trial.trial_id not in recorded:
+                cutoff = bracket.cutoff(recorded)
+                return None if cutoff is None else (milestone, float(cutoff) * self._metric_op, len(recorded))
+        return None
+
+
+class SweepStopper(Stopper):
+    """Ends the experiment once a stop was asked for and no trial is still training."""
+
+    def __init__(self, control: SweepControl):
+        self.control = control
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.control.stop_requested() and not self.control.training()
+
+
+class SweepCallback(Callback):
+    """Keeps sweep.json current, forwards Stop sweep to the trials, marks dead trials, prunes, prints."""
+
+    def __init__(self, control: SweepControl, keep_best: int | None = 3, printer=print):
+        self.control = control
+        self.keep_best = keep_best  # trials keeping last.pt besides the unfinished ones; None keeps every one
+        self.printer = printer
+        self.stop_sent = False
+
+    def on_step_begin(self, iteration, trials, **info):
+        if self.stop_sent or not self.control.stop_requested():
+            return
+        self.stop_sent = True
+        busy = self.control.training()
+        for run in busy:
+            run.send_command("stop")
+        self.control.sweep.log_event("stop", f"stop asked for: {len(busy)} training trial(s) told to stop")
+        self.printer(f"stopping: {len(busy)} trial(s) save last.pt and end; no new trial starts")
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if self.control.stop_requested():
+            return  # Tune may still hand a pending trial to an idle worker: the trial sees the stop and returns
+        sweep = self.control.sweep
+        run_id = trial_run_id(sweep.id, trial.trial_id)
+        known = sweep.raw().get("trials") or []
+        if run_id not in known:
+            sweep.write(trials=sorted([*known, run_id], key=lambda r: (len(r), r)))  # t9 before t10
+            values = ", ".join(f"{k}={_fmt(v)}" for k, v in trial.config.items())
+            self.printer(f"{trial_number(run_id)} started: {values}")
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        sweep = self.control.sweep
+        metric = sweep.raw().get("metric", "val_loss")
+        if metric in result:
+            epochs = (self.control.run_of(trial.trial_id).raw_status().get("live") or {}).get("epochs", "?")
+            self.printer(f"{trial_number(result.get('run_id', ''))} epoch {result.get('epoch')}/{epochs}: "
+                         f"val_loss {result['val_loss']:.4f}, val_accuracy {100 * result['val_accuracy']:.2f}%")
+            sweep.write(best=best_trial(sweep))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._ended(trial, None)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._ended(trial, trial.error_file or "the trial's process died")
+
+    def _ended(self, trial, error: str | None) -> None:
+        run = self.control.run_of(trial.trial_id)
+        if run.exists():
+            status = run.status()
+            if error and status.get("state") in ACTIVE_STATES + (State.INTERRUPTED,):
+                run.log_event("error", f"the trial's process ended without finishing (Ray: {error})",
+                              step=status.get("step"))
+                run.write_status(state=State.INTERRUPTED, message="the trial's process died; `sweep --resume` or "
+                                 "Resume continues it from last.pt", step=status.get("step"))
+            status = run.status()
+            state, message = status.get("state"), status.get("message") or ""
+            if state in ENDED_STATES:
+                said = message if message.startswith(state) else f"{state}: {message}"
+                self.printer(f"{trial_number(run.id)} {said}")
+        sweep = self.control.sweep
+        sweep.write(best=best_trial(sweep))
+        if self.keep_best is not None:
+            prune_sweep(sweep, self.keep_best)
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,179 @@
+"""One sweep trial: a Ray Tune function trainable that is an ordinary run.
+
+The trial makes (or finds) its run directory, with `sweep_id` and its place in the sweep in
+config.json, and trains it with the worker's own `run_training`: same recorder, same control
+channel, so the Train page shows it live and Pause/Resume/Stop work on it. After each epoch's
+files are written it reports the metric to Tune.
+
+How Tune's decisions reach the trial:
+- a stop from ASHA arrives as a `stop` command in control.jsonl with the scheduler's reason (see
+  schedulers.py), so the trial ends `stopped` like a user's stop, last.pt saved, the reason as message;
+- PBT pauses a trial by ending its thread inside `tune.report` (SystemExit). The run then waits as
+  `queued` under the driver's pid until Tune starts it again, from its own checkpoint or from the
+  donor trial's one (`exploit`): weights and optimizer from the donor, then the new lr/clip applied
+  through the live-control path and logged as a `set` event with source `pbt`;
+- a trial started again (Tuner.restore after an interrupted sweep) continues from its last.pt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import LIVE_FIELDS, TrainConfig
+from ..control import Controller
+from ..jobs import new_run_config
+from ..runs import Run, create_run
+from ..states import State
+from ..worker import run_training
+from .records import Sweep, trial_index, trial_run_id
+
+TUNE_MODEL = "model.pt"  # inside a Tune checkpoint: a copy of the trial's last.pt at that epoch
+TUNE_META = "trial.json"  # which run and step it came from
+DONOR_FILE = ".pbt-donor.pt"  # where an exploited trial puts the donor's weights until restored
+FINAL_STATES = (State.FINISHED, State.FAILED, State.DIVERGED)
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of a sweep shares (given to Tune with `tune.with_parameters`)."""
+
+    sweep_id: str
+    sweep_dir: str
+    runs_dir: str
+    data_dir: str
+    base: dict  # TrainConfig fields before the searched ones are filled in
+    searched: tuple[str, ...]
+    metric: str
+    scheduler: str
+    checkpoint_every: int = 0  # epochs between Tune checkpoints (PBT needs them to copy weights); 0: never
+    driver_pid: int = 0
+    driver_started: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def train_trial(config: dict, setup: TrialSetup) -> None:
+    """The Tune trainable: train this trial's run, reporting each epoch."""
+    from ray import tune
+
+    trial_id = tune.get_context().get_trial_id()
+    run = Run(Path(setup.runs_dir) / trial_run_id(setup.sweep_id, trial_id))
+    if not run.exists() and Sweep(Path(setup.sweep_dir)).stop_requested():
+        return  # the sweep is stopping: never start a new trial
+    searched = {k: config[k] for k in setup.searched}
+    status = run.raw_status() if run.exists() else {}
+    if status.get("state") in FINAL_STATES or status.get("stopped_by"):
+        report_final(run, setup)  # Tune lost track of an ended trial (restored sweep): nothing to train
+        return
+    plan = plan_start(run, setup, searched, trial_id, tune.get_checkpoint())
+    try:
+        run_training(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
+                     before_start=plan.before_start, after_epoch=Reporter(run, setup))
+    except SystemExit:  # Tune ended this trial's thread in tune.report (a PBT pause or exploit)
+        wait_for_scheduler(run, setup)
+        raise
+    finally:
+        if plan.source is not None:
+            plan.source.unlink(missing_ok=True)
+
+
+@dataclass
+class StartPlan:
+    resume: bool = False
+    source: Path | None = None  # a donor checkpoint (PBT exploit), else the run's own last.pt
+    before_start: object = None
+
+
+def plan_start(run: Run, setup: TrialSetup, searched: dict, trial_id: str, checkpoint) -> StartPlan:
+    """New trial: create its run. Known trial: continue from its last.pt, or from the donor's (PBT)."""
+    if not run.exists():
+        cfg = TrainConfig.from_dict({**setup.base, **searched})
+        config = new_run_config(cfg, Path(setup.data_dir))
+        config.update(sweep_id=setup.sweep_id, sweep={"trial": trial_index(trial_id), "trial_id": trial_id,
+                                                      "searched": searched, "scheduler": setup.scheduler,
+                                                      "metric": setup.metric})
+        create_run(Path(setup.runs_dir), config, run_id=run.id)
+        if checkpoint is None:
+            return StartPlan()
+    if checkpoint is None:
+        return StartPlan(resume=True)
+    with checkpoint.as_directory() as folder:
+        meta = json.loads((Path(folder) / TUNE_META).read_text())
+        if meta["run_id"] == run.id:
+            return StartPlan(resume=True)  # its own checkpoint (paused, then started again): last.pt is as new
+        donor_file = run.checkpoint_dir / DONOR_FILE
+        shutil.copyfile(Path(folder) / TUNE_MODEL, donor_file)
+    own = run.raw_status().get("live") or {}
+    return StartPlan(resume=True, source=donor_file,
+                     before_start=lambda c: apply_exploit(c, setup, searched, meta, own))
+
+
+def apply_exploit(controller: Controller, setup: TrialSetup, new: dict, donor: dict, own: dict) -> None:
+    """After restoring the donor's weights and optimizer: set the perturbed values, logged like a live change.
+
+    The event's `old` is this trial's own value before the exploit (the donor's is `donor_value`)."""
+    controller.run.log_event("pbt", f"exploit: continues from run {donor['run_id']}'s checkpoint at step "
+                                    f"{donor['step']} (epoch {donor['epoch']}) with perturbed "
+                                    f"{', '.join(f'{k}={v:g}' for k, v in new.items())}",
+                             step=controller.step, donor=donor["run_id"], donor_step=donor["step"])
+    for name in [k for k in setup.searched if k in LIVE_FIELDS]:
+        donor_value = controller.settings[name]
+        controller.settings[name] = own.get(name, donor_value)
+        if name == "lr":
+            for group in controller.optimizer.param_groups:
+                group["lr"] = controller.settings[name]
+        controller.apply_set(name, new[name], None, source="pbt", donor=donor["run_id"], donor_step=donor["step"],
+                             donor_value=donor_value)
+
+
+class Reporter:
+    """`after_epoch`: report the epoch's metrics to Tune, with a checkpoint every `checkpoint_every` epochs."""
+
+    def __init__(self, run: Run, setup: TrialSetup):
+        self.run, self.setup = run, setup
+
+    def __call__(self, epoch: int, metrics: dict) -> None:
+        from ray import tune
+
+        step = int(self.run.raw_status().get("step") or 0)
+        result = {"epoch": epoch, "step": step, "val_loss": metrics["val_loss"], "val_accuracy": metrics["val_acc"],
+                  "train_loss": metrics["train_loss"], "run_id": self.run.id}
+        every = self.setup.checkpoint_every
+        if not every or epoch % every:
+            tune.report(result)
+            return
+        folder = Path(tempfile.mkdtemp(prefix="brnn-tune-ckpt-"))
+        try:
+            shutil.copyfile(self.run.last_ckpt, folder / TUNE_MODEL)  # last.pt was just saved for this epoch
+            (folder / TUNE_META).write_text(json.dumps({"run_id": self.run.id, "step": step, "epoch": epoch}))
+            tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(folder)))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def report_final(run: Run, setup: TrialSetup) -> None:
+    """Tell Tune the last metric of a trial that already ended, so its scheduler and the best are right."""
+    from ray import tune
+
+    val = run.metrics()
+    val = val[val["split"] == "val"]
+    if len(val):
+        row = val.iloc[-1]
+        tune.report({"epoch": int(row["epoch"]), "step": int(row["step"]), "val_loss": float(row["loss"]),
+                     "val_accuracy": float(row["accuracy"]), "run_id": run.id})
+
+
+def wait_for_scheduler(run: Run, setup: TrialSetup) -> None:
+    """The trial's thread was ended by Tune between epochs: it waits, owned by the sweep's driver."""
+    with contextlib.suppress(OSError):
+        status = run.raw_status()
+        if status.get("state") in (State.RUNNING, State.LOADING, State.PAUSED):
+            run.log_event("scheduler", "paused by the sweep's scheduler: waits for a free slot to continue",
+                          step=status.get("step"))
+            run.write_status(state=State.QUEUED, pid=setup.driver_pid, pid_started=setup.driver_started,
+                             heartbeat=time.time(), message="waiting for the sweep's scheduler to continue it")

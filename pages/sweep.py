@@ -1,0 +1,242 @@
+"""Sweep page: search hyperparameters with Ray Tune, watch every trial live, open the best in Predict."""
+
+from __future__ import annotations
+
+import streamlit as st
+import torch
+
+from brnn_core.config import ConfigError, TrainConfig
+from brnn_core.data import DATASETS, default_dataset
+from brnn_core.runs import Run, RunError
+from brnn_core.states import State
+from brnn_core.sweep import charts as sweep_charts
+from brnn_core.sweep.launch import SweepRegistry
+from brnn_core.sweep.plan import SCHEDULERS, SweepRequest, describe, plan_sweep
+from brnn_core.sweep.records import (
+    METRICS,
+    Sweep,
+    counts,
+    list_sweeps,
+    metric_curves,
+    sweeps_dir,
+    trial_number,
+    trials_table,
+)
+from brnn_core.sweep.space import NOT_SEARCHABLE, SweepError, parse_spec
+from ui.common import flash, folders, show_flashes, state_label
+from ui.navigation import ensure_navigation
+
+ensure_navigation()
+
+runs_dir, data_dir = folders()
+st.title("Sweep hyperparameters")
+st.caption("Ray Tune trains many settings side by side, stops bad ones early (ASHA) or lets good ones adapt (PBT). "
+           "Every trial is an ordinary run: the Train page shows it live, with Pause, Resume and Stop.")
+show_flashes()
+
+BASE_FIELDS = (("epochs", "Epochs"), ("hidden_size", "Hidden size"), ("num_layers", "LSTM layers"),
+               ("batch_size", "Batch size"), ("lr", "Learning rate"))
+DEFAULT_SPECS = {"lr": "loguniform:0.0003:0.03", "hidden_size": "choice:32,64,128", "num_layers": "choice:1,2",
+                 "batch_size": "choice:50,100,200", "dropout": "uniform:0:0.5", "grad_clip": "uniform:0.5:5",
+                 "weight_decay": "loguniform:0.00001:0.01", "optimizer": "choice:adam,adamw,sgd",
+                 "head": "choice:bidir,last", "seed": "randint:0:1000", "momentum": "uniform:0.5:0.99"}
+SPEC_HELP = ("choice:a,b,c (random pick) · grid:a,b,c (every value) · uniform:lo:hi · loguniform:lo:hi · "
+             "randint:lo:hi (both ends included)")
+
+
+@st.cache_resource
+def sweep_registry() -> SweepRegistry:
+    """One per server, shared by all sessions (thread-safe)."""
+    return SweepRegistry()
+
+
+def default(key: str, value) -> None:
+    st.session_state.setdefault(key, value)
+
+
+# ------------------------------------------------------------------ which sweep
+def on_pick() -> None:
+    st.session_state["sweep_id"] = st.session_state["sweep_pick"]
+    st.query_params["sweep"] = st.session_state["sweep_pick"]
+
+
+def pick_sweep() -> str | None:
+    """?sweep=<id> in the URL (a reload keeps the view), else this session's pick, else the newest sweep."""
+    sweeps = {s.id: s.info() for s in list_sweeps(runs_dir)}
+    wanted = st.query_params.get("sweep") or st.session_state.get("sweep_id")
+    starting = [wanted] if wanted and wanted not in sweeps and sweep_registry().starting(wanted) else []
+    options = starting + list(sweeps)
+    if not options:
+        return None
+    current = wanted if wanted in options else options[0]
+    st.session_state["sweep_pick"] = current
+    st.sidebar.selectbox("Sweep", options, key="sweep_pick", on_change=on_pick,
+                         format_func=lambda i: f"{sweeps.get(i, {}).get('name', i)} · "
+                                               f"{sweeps.get(i, {}).get('state', 'starting')}")
+    st.session_state["sweep_id"] = current
+    st.query_params["sweep"] = current
+    return current
+
+
+current = pick_sweep()
+
+# ------------------------------------------------------------------ the form
+left, right = st.columns([1, 2.4], gap="large")
+errors: list[str] = []
+with left:
+    st.subheader("New sweep")
+    train_form = st.session_state.get("form") or {}  # the Train page's values, when it was visited
+    base_defaults = TrainConfig(dataset=default_dataset(data_dir)).to_dict() | train_form
+    with st.expander("Base settings (every trial starts from these)", expanded=False):
+        default("sw_dataset", base_defaults["dataset"])
+        st.selectbox("Dataset", list(DATASETS), key="sw_dataset", format_func=lambda n: DATASETS[n].title)
+        for name, label in BASE_FIELDS:
+            default(f"sw_{name}", base_defaults[name])
+            st.number_input(label, key=f"sw_{name}", format="%.5f" if name == "lr" else None,
+                            step=0.001 if name == "lr" else 1)
+    searchable = [f for f in TrainConfig.field_names() if f not in NOT_SEARCHABLE and f != "device"]
+    default("sw_fields", ["lr"])
+    fields = st.multiselect("Fields to search", searchable, key="sw_fields")
+    base = {"dataset": st.session_state["sw_dataset"], **{n: st.session_state[f"sw_{n}"] for n, _ in BASE_FIELDS}}
+    try:
+        base_values = TrainConfig.from_dict(base, check_device=False).to_dict()
+    except ConfigError as exc:
+        st.error(f"Base settings: {exc}", icon=":material/error:")
+        base_values, errors = TrainConfig().to_dict(), ["base"]
+    search = []
+    for name in fields:
+        default(f"sw_spec_{name}", DEFAULT_SPECS.get(name, "choice:"))
+        text = st.text_input(f"{name}", key=f"sw_spec_{name}", help=SPEC_HELP)
+        try:
+            parse_spec(name, text, base_values)
+            search.append(f"{name}={text}")
+        except SweepError as exc:
+            st.error(str(exc).removeprefix("--search "), icon=":material/error:")
+            errors.append(name)
+    c1, c2 = st.columns(2)
+    default("sw_trials", 4)
+    trials = c1.number_input("Trials", min_value=1, step=1, key="sw_trials", help="grid values multiply it")
+    scheduler = c2.selectbox("Scheduler", SCHEDULERS, key="sw_scheduler",
+                             help="fifo: all train to the end · asha: stop bad ones early · pbt: copy good ones")
+    metric = c1.selectbox("Metric", list(METRICS), key="sw_metric")
+    interval = c2.number_input("PBT: epochs between exploits", min_value=1, value=1, step=1, key="sw_interval",
+                               disabled=scheduler != "pbt")
+    with st.expander("Resources"):
+        default("sw_gpus", 0.25 if torch.cuda.is_available() else 0.0)
+        concurrency = st.number_input("Trials at once (0 = what this machine holds)", min_value=0, value=0, step=1,
+                                      key="sw_concurrency")
+        cpus = st.number_input("CPUs (torch threads) per trial", min_value=0.5, value=1.0, step=0.5, key="sw_cpus")
+        gpus = st.number_input("GPU share per trial", min_value=0.0, step=0.25, key="sw_gpus",
+                               help="0.25 puts four trials on one GPU")
+        address = st.text_input("Ray cluster address (empty: this machine)", key="sw_address",
+                                help="HOST:PORT of a head started with `ray start --head --port=PORT`")
+        name = st.text_input("Name (optional)", key="sw_name")
+    request = SweepRequest(search=search, sets=[f"{k}={v}" for k, v in base.items()], trials=int(trials),
+                           scheduler=scheduler, metric=metric,
+                           perturbation_interval=int(interval) if scheduler == "pbt" else None,
+                           concurrency=int(concurrency) or None, cpus_per_trial=float(cpus),
+                           gpus_per_trial=float(gpus), address=address.strip() or None, name=name.strip() or None)
+    plan_note = None
+    if not errors:
+        try:
+            plan_note = describe(plan_sweep(request, runs_dir, data_dir), with_id=False)
+        except (SweepError, ValueError) as exc:
+            st.error(str(exc), icon=":material/error:")
+            errors.append("plan")
+    if plan_note:
+        st.caption(plan_note)
+
+    def on_start() -> None:
+        try:
+            sweep_id = sweep_registry().start(runs_dir, data_dir, request)
+        except (SweepError, RunError, ValueError, OSError) as exc:
+            flash("error", f"Not started: {exc}")
+            return
+        st.session_state["sweep_id"] = sweep_id
+        st.session_state.pop("sweep_pick", None)
+        st.query_params["sweep"] = sweep_id
+        flash("success", f"Started sweep {sweep_id}.")
+
+    st.button("Start sweep", type="primary", on_click=on_start, disabled=bool(errors), use_container_width=True)
+
+
+# ------------------------------------------------------------------ the sweep
+def starting_panel(sweep: Sweep) -> None:
+    proc = sweep_registry().starting(sweep.id)
+    log = sweep.log_path.read_text(errors="replace")[-3000:] if sweep.log_path.is_file() else ""
+    if proc is not None and proc.poll() is not None:
+        st.error(f"The sweep's driver ended (exit {proc.returncode}) before it started any trial:")
+        st.code(log or "(no output)", language=None)
+        return
+    st.info(f"Starting Ray for sweep **{sweep.id}**…", icon=":material/hourglass_top:")
+    if log:
+        st.code(log, language=None)
+
+
+def live_panel(sweep_path: str, seen_state: str | None) -> None:
+    """Re-reads the sweep and its trials on a timer; a state change reruns the page (its buttons)."""
+    sweep = Sweep(sweep_path)
+    if not sweep.exists():
+        if seen_state is not None:
+            st.rerun()
+        starting_panel(sweep)
+        return
+    info = sweep.info()
+    if info.get("state") != seen_state:
+        st.rerun()
+    metric = info.get("metric", "val_loss")
+    table = trials_table(sweep)
+    tally = " · ".join(f"{n} {s}" for s, n in sorted(counts(sweep).items()))
+    st.caption(f"{len(table)} of {info.get('plan', {}).get('trials', '?')} trials started · {tally or 'none yet'}")
+    st.dataframe(table, hide_index=True, key="sweep_table", column_config={
+        "run_id": st.column_config.TextColumn("run"), "lr": st.column_config.NumberColumn("lr", format="%.3g"),
+        f"best {metric}": st.column_config.NumberColumn(format="%.4f"),
+        f"last {metric}": st.column_config.NumberColumn(format="%.4f"),
+        "note": st.column_config.TextColumn("why it ended", width="large")})
+    if (table["last.pt"] == "pruned").any():
+        st.caption("last.pt **pruned**: the trial keeps only best.pt (to save disk), so it can be opened in Predict "
+                   "but not resumed.")
+    specs = sweep.specs()
+    keys = [s.key for s in specs]
+    st.plotly_chart(sweep_charts.parcoords_figure(table, keys, metric, revision=sweep.id,
+                                                  log_keys=tuple(s.key for s in specs if s.kind == "loguniform")),
+                    key="sweep_parcoords", on_select="ignore")
+    st.plotly_chart(sweep_charts.curves_figure(metric_curves(sweep), metric, revision=sweep.id),
+                    key="sweep_curves", on_select="ignore")
+
+
+def on_stop(sweep_path: str) -> None:
+    Sweep(sweep_path).request_stop("dashboard")
+    flash("info", "Stopping the sweep: every trial saves last.pt, then ends…")
+
+
+def open_in_predict(path: str) -> None:
+    st.session_state["predict_checkpoint"] = path  # read by pages/predict.py
+    st.session_state["_to_predict"] = True  # switch_page is not allowed in a callback: the script does it
+
+
+with right:
+    if current is None:
+        st.info("No sweep yet: pick the fields to search on the left and press **Start sweep**, or start one from "
+                "a terminal (`python -m brnn_core sweep --search lr=loguniform:1e-4:1e-1`); it shows up here.")
+        st.stop()
+    sweep = Sweep(sweeps_dir(runs_dir) / current)
+    info = sweep.info() if sweep.exists() else {}
+    state = info.get("state")
+    st.markdown(f"### {state_label(state) if state else ':gray[starting]'} · {info.get('name', current)}")
+    if info:
+        st.caption(f"`{sweep.id}` · {info.get('scheduler')} on {info.get('metric')} · Ray: {info.get('address')} · "
+                   f"{info.get('message', '')}")
+    best = info.get("best")
+    best_pt = Run(runs_dir / best["run_id"]).best_ckpt if best else None
+    b1, b2 = st.columns(2)
+    b1.button("Stop sweep", disabled=state != State.RUNNING, use_container_width=True, on_click=on_stop,
+              args=(str(sweep.path),), help="Every trial saves its last.pt and ends; no new trial starts.")
+    b2.button("Open best in Predict", disabled=not (best_pt and best_pt.is_file()), use_container_width=True,
+              on_click=open_in_predict, args=(str(best_pt),), help="The best trial's best.pt on the Predict page.")
+    if st.session_state.pop("_to_predict", False):
+        st.switch_page("pages/predict.py")
+    if best:
+        st.markdown(f"**Best:** trial {trial_number(best['run_id'])} · {best['metric']} {best['value']:.4f} at epoch "
+                    f"{best['epoch']:g} (`{best['run_id']}`)")
+    st.fragment(run_every=1.0 if state in (None, State.RUNNING) else None)(live_panel)(str(sweep.path), state)

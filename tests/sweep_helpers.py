@@ -1,0 +1,128 @@
+"""Running real sweeps from the tests: the CLI in its own process group, its Ray processes watched.
+
+Every sweep here is tiny (mnist-sample, hidden 8, one layer, 1-3 epochs) and runs an embedded Ray
+on 127.0.0.1, or joins a head the test starts itself (`ray_head`). Nothing is ever ended by name:
+processes are ended by the process group the test created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+from helpers import REPO, cli_env, wait_for
+
+from brnn_core.runs import Run
+from brnn_core.sweep.records import Sweep, list_sweeps
+
+TINY = ["--set", "hidden_size=8", "--set", "num_layers=1"]
+SWEEP_TIMEOUT = 900  # s: two busy cores, and Ray takes its time to start
+
+
+def start_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path, env: dict | None = None
+                ) -> subprocess.Popen:
+    """`python -m brnn_core sweep ARGS` in a new process group, output to `log` (`env` adds variables)."""
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(runs_dir),
+                                 "--data-dir", str(data_dir), *map(str, args)], cwd=REPO,
+                                env={**cli_env(runs_dir, data_dir), **(env or {})}, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+class Descendants(threading.Thread):
+    """Records every process below `pid` (Ray's GCS, raylet, agents, workers) while it runs."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.seen, self.done = pid, {}, threading.Event()
+
+    def run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+            while not self.done.is_set():
+                for child in root.children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        self.seen.setdefault(child.pid, child.create_time())
+                time.sleep(0.5)
+        except psutil.Error:
+            return
+
+    def alive(self) -> list[int]:
+        out = []
+        for pid, started in self.seen.items():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+        return out
+
+
+def finish(proc: subprocess.Popen, log: Path, timeout: float = SWEEP_TIMEOUT) -> tuple[int, str]:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        end_group(proc)
+        raise AssertionError(f"the sweep did not end in {timeout:.0f}s:\n{tail(log)}") from None
+    return proc.returncode, log.read_text(errors="replace")
+
+
+def run_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path) -> tuple[int, str, Descendants]:
+    """Run a sweep to its end; returns (exit code, output, the Ray processes it had)."""
+    proc = start_sweep(args, runs_dir, data_dir, log)
+    watch = Descendants(proc.pid)
+    watch.start()
+    code, out = finish(proc, log)
+    watch.done.set()
+    return code, out, watch
+
+
+def end_group(proc: subprocess.Popen, grace: float = 45.0) -> None:
+    """SIGTERM the process group the test started, then SIGKILL what is left (a Ray head drains up to 30 s)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def tail(log: Path, n: int = 4000) -> str:
+    try:
+        return log.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def the_sweep(runs_dir: Path) -> Sweep:
+    sweeps = list_sweeps(runs_dir)
+    assert len(sweeps) == 1, sweeps
+    return sweeps[0]
+
+
+def trial_runs(sweep: Sweep) -> dict[str, Run]:
+    """Trial number ('t00') -> run."""
+    return {run.id.rsplit("-", 1)[-1]: run for run in sweep.trial_runs()}
+
+
+def val_rows(run: Run):
+    m = run.metrics()
+    return m[m["split"] == "val"].reset_index(drop=True)
+
+
+def wait_until(predicate, what: str, proc: subprocess.Popen, log: Path, timeout: float = 600):
+    """Poll while the sweep runs; fail with its output if it ends first."""
+    def check():
+        if proc.poll() is not None:
+            raise AssertionError(f"the sweep ended (exit {proc.returncode}) before {what}:\n{tail(log)}")
+        return predicate()
+
+    return wait_for(check, timeout, what, interval=0.5)

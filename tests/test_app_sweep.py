@@ -1,0 +1,136 @@
+"""Sweep page, headless with Streamlit's AppTest: the form's inline checks, a finished sweep's view, Stop sweep.
+
+A real tiny sweep is run once from the CLI for this module; the page must show it as it would show a
+sweep started from a terminal. The Stop sweep test stops a real running sweep through the page.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from helpers import APP, wait_for
+from streamlit.testing.v1 import AppTest
+from sweep_helpers import TINY, end_group, finish, run_sweep, start_sweep, tail, trial_runs, val_rows
+
+from brnn_core.sweep.records import list_sweeps
+
+TIMEOUT = 120  # seconds per script run: other jobs share the two cores
+
+
+@pytest.fixture(scope="module")
+def cli_sweep(tmp_path_factory):
+    """A finished 2-trial fifo sweep, run once from the CLI (its runs folder is copied per test)."""
+    root = tmp_path_factory.mktemp("app-sweep")
+    runs, data = root / "runs", root / "data"
+    runs.mkdir()
+    code, out, _ = run_sweep([*TINY, "--set", "epochs=2", "--search", "lr=grid:0.01,0.003"], runs, data,
+                             root / "sweep.log")
+    assert code == 0, out
+    return runs
+
+
+def app(runs_dir, data_dir, monkeypatch) -> AppTest:
+    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
+    monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.switch_page("pages/sweep.py")
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def start_button(at: AppTest):
+    return next(b for b in at.button if b.label == "Start sweep")
+
+
+def test_empty_page_offers_a_valid_default_sweep(tmp_path, monkeypatch):
+    at = app(tmp_path / "runs", tmp_path / "data", monkeypatch)
+    no_exception(at)
+    assert at.title[0].value == "Sweep hyperparameters"
+    assert any("No sweep yet" in i.value for i in at.info)
+    assert at.multiselect(key="sw_fields").value == ["lr"]
+    assert at.text_input(key="sw_spec_lr").value == "loguniform:0.0003:0.03"
+    assert any("4 trial(s) of lr loguniform:0.0003:0.03; scheduler fifo" in c.value for c in at.caption)
+    assert not start_button(at).disabled
+
+
+def test_bad_specs_and_plans_are_shown_inline(tmp_path, monkeypatch):
+    import torch
+
+    at = app(tmp_path / "runs", tmp_path / "data", monkeypatch)
+    at.text_input(key="sw_spec_lr").set_value("loguniform:0:0.1").run()
+    assert any("lr" in e.value and "out of range" in e.value for e in at.error), [e.value for e in at.error]
+    assert start_button(at).disabled
+    at.text_input(key="sw_spec_lr").set_value("grid:0.01,0.001").run()
+    at.multiselect(key="sw_fields").set_value(["lr", "hidden_size"]).run()
+    at.selectbox(key="sw_scheduler").set_value("pbt").run()
+    assert any("hidden_size with --scheduler pbt" in e.value for e in at.error), [e.value for e in at.error]
+    assert start_button(at).disabled
+    at.selectbox(key="sw_scheduler").set_value("asha").run()
+    assert not at.error and not start_button(at).disabled
+    assert any("8 trial(s) of lr grid:0.01,0.001, hidden_size choice:32,64,128; scheduler asha" in c.value
+               for c in at.caption), [c.value for c in at.caption]
+    if not torch.cuda.is_available():
+        at.number_input(key="sw_gpus").set_value(0.5).run()
+        assert any("no CUDA GPU" in e.value for e in at.error)
+    assert not list((tmp_path / "runs").glob("sweeps/*"))  # checking creates nothing
+
+
+def test_a_cli_sweep_shows_up_with_its_trials_and_plots(cli_sweep, tmp_path, monkeypatch):
+    runs = shutil.copytree(cli_sweep, tmp_path / "runs", symlinks=True)
+    sweep = list_sweeps(runs)[0]
+    at = app(runs, tmp_path / "data", monkeypatch)
+    no_exception(at)
+    assert at.selectbox(key="sweep_pick").value == sweep.id
+    assert any("finished" in m.value and sweep.id in m.value for m in at.markdown)
+    best = sweep.info()["best"]
+    assert any(f"val_loss {best['value']:.4f}" in m.value for m in at.markdown)
+    table = at.dataframe[0].value
+    assert list(table["trial"]) == ["t00", "t01"] and list(table["state"]) == ["finished", "finished"]
+    assert list(table["lr"]) == [0.01, 0.003]
+    losses = {t: float(val_rows(r)["loss"].min()) for t, r in trial_runs(sweep).items()}
+    assert list(table["best val_loss"]) == pytest.approx([losses["t00"], losses["t01"]])
+    specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+             for c in at.get("plotly_chart")}
+    par = next(v for k, v in specs.items() if k.startswith("Searched fields"))["data"][0]
+    assert par["type"] == "parcoords" and len(par["dimensions"]) == 2
+    assert par["dimensions"][1]["values"] == pytest.approx([losses["t00"], losses["t01"]])
+    curves = next(v for k, v in specs.items() if k.startswith("val_loss of every trial"))["data"]
+    assert [c["name"] for c in curves] == ["t00", "t01"]
+    buttons = {b.label: b.disabled for b in at.button}
+    assert buttons["Stop sweep"] and not buttons["Open best in Predict"]
+    # Open best in Predict: the Predict page then has the best trial's best.pt selected
+    next(b for b in at.button if b.label == "Open best in Predict").click().run()
+    no_exception(at)
+    if at.title[0].value != "Draw a digit":  # AppTest may not follow st.switch_page; a browser does
+        assert at.session_state["predict_checkpoint"] == str(runs / best["run_id"] / "checkpoints" / "best.pt")
+        at.switch_page("pages/predict.py").run()
+    assert at.title[0].value == "Draw a digit"
+    assert at.selectbox(key="ckpt_choice").value == str(runs / best["run_id"] / "checkpoints" / "best.pt")
+
+
+def test_stop_sweep_stops_a_running_sweep(tmp_path, monkeypatch):
+    runs, data, log = tmp_path / "runs", tmp_path / "data", tmp_path / "sweep.log"
+    proc = start_sweep([*TINY, "--set", "epochs=8", "--search", "lr=grid:0.01,0.003"], runs, data, log)
+    try:
+        wait_for(lambda: list_sweeps(runs) and any(r.status().get("step") for r in list_sweeps(runs)[0].trial_runs()),
+                 600, f"the sweep's trials to train:\n{tail(log)}")
+        at = app(runs, data, monkeypatch)
+        stop = next(b for b in at.button if b.label == "Stop sweep")
+        assert not stop.disabled
+        stop.click().run()
+        assert any("Stopping the sweep" in i.value for i in at.info)
+        code, out = finish(proc, log)
+    finally:
+        if proc.poll() is None:
+            end_group(proc)
+    assert code == 0, out
+    sweep = list_sweeps(runs)[0]
+    assert sweep.info()["state"] == "stopped"
+    assert '"source": "dashboard"' in sweep.control_path.read_text()
+    for run in sweep.trial_runs():
+        assert run.status()["state"] == "stopped" and run.last_ckpt.is_file()

@@ -1,0 +1,313 @@
+"""Sweeps end to end: real Ray Tune, real (tiny) training, trials that are ordinary run directories.
+
+Each test runs `python -m brnn_core sweep` as a user would (embedded Ray on 127.0.0.1, or a head the
+test starts itself) and checks the records: sweep.json, each trial's config/status/metrics/events,
+what ASHA and PBT did and why, what was pruned, and that no Ray process outlives the sweep.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from helpers import REPO, free_port
+from helpers import wait_for as poll
+from sweep_helpers import (
+    TINY,
+    Descendants,
+    end_group,
+    finish,
+    run_sweep,
+    start_sweep,
+    tail,
+    the_sweep,
+    trial_runs,
+    val_rows,
+    wait_until,
+)
+
+from brnn_core.runs import Run, checkpoint_choices
+from brnn_core.states import State
+from brnn_core.sweep.records import trials_table
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
+
+
+def epochs_done(runs_dir: Path) -> list[int]:
+    """Validation rows so far of each trial run in runs_dir."""
+    return [len(val_rows(Run(p))) for p in sorted(runs_dir.glob("*-t0*")) if (p / "config.json").is_file()]
+
+
+def no_ray_left(watch: Descendants) -> None:
+    assert watch.seen, "the sweep started no Ray processes?"
+    poll(lambda: not watch.alive(), 90, f"Ray processes {watch.alive()} to end after the sweep")
+
+
+def test_fifo_sweep_records_trials_as_runs_and_prunes_last_pt(runs_dir, data_dir, tmp_path):
+    code, out, watch = run_sweep([*TINY, "--set", "epochs=2", "--search", "lr=grid:0.01,0.003,0.001",
+                                  "--concurrency", "2", "--keep-best", "1", "--name", "fifo test"],
+                                 runs_dir, data_dir, tmp_path / "sweep.log")
+    assert code == 0, out
+    sweep = the_sweep(runs_dir)
+    info = sweep.info()
+    assert "fifo-test" in sweep.id and info["name"] == "fifo test"
+    assert (info["state"], info["address"], info["scheduler"], info["metric"]) == ("finished", "local", "fifo",
+                                                                                  "val_loss")
+    assert info["search"]["lr"]["values"] == [0.01, 0.003, 0.001]
+    trials = trial_runs(sweep)
+    assert sorted(trials) == ["t00", "t01", "t02"] and info["trials"] == sorted(r.id for r in trials.values())
+    lowest = {}
+    for number, run in trials.items():
+        cfg, status, val = run.config(), run.status(), val_rows(run)
+        assert cfg["sweep_id"] == sweep.id and cfg["sweep"]["trial"] == int(number[1:])
+        assert cfg["sweep"]["searched"]["lr"] == cfg["train"]["lr"] and cfg["train"]["cpu_threads"] == 1
+        assert status["state"] == "finished" and list(val["epoch"]) == [1, 2], status
+        assert run.best_ckpt.is_file()
+        lowest[run.id] = float(val["loss"].min())
+    best = min(lowest, key=lowest.get)
+    assert info["best"]["run_id"] == best and info["best"]["value"] == pytest.approx(lowest[best])
+    # disk: the best trial keeps last.pt, the two others were pruned and say so
+    for run in trials.values():
+        status = run.status()
+        if run.id == best:
+            assert run.last_ckpt.is_file() and "pruned" not in status
+        else:
+            assert not run.last_ckpt.is_file() and status["pruned"]["last.pt"]["bytes"] > 0
+            assert "last.pt was removed" in status["message"]
+            assert any(e["kind"] == "pruned" for e in run.events())
+    assert info["pruned"]["last.pt"] == 2
+    assert sorted(trials_table(sweep)["last.pt"]) == ["kept", "pruned", "pruned"]
+    assert all(c.path.is_file() for c in checkpoint_choices(runs_dir))
+    # two at a time: some trials trained side by side
+    spans = sorted((r.status()["started"], r.status()["ended"]) for r in trials.values())
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), spans
+    no_ray_left(watch)
+
+
+def test_asha_stops_the_bad_trial_with_the_rung_cut_off(runs_dir, data_dir, tmp_path):
+    """One at a time, the good lr first: the bad one (lr 1e-5) meets rung 1 with the good one's value as cut-off."""
+    code, out, watch = run_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.00001",
+                                  "--scheduler", "asha", "--concurrency", "1"], runs_dir, data_dir,
+                                 tmp_path / "sweep.log")
+    assert code == 0, out
+    trials = trial_runs(the_sweep(runs_dir))
+    good, bad = trials["t00"], trials["t01"]
+    assert good.status()["state"] == "finished" and len(val_rows(good)) == 3
+    status = bad.status()
+    assert status["state"] == State.STOPPED and status["stopped_by"] == "asha", status
+    cut_off = float(val_rows(good)["loss"][0])  # the only value at rung 1 when the bad trial got there
+    mine = float(val_rows(bad)["loss"][0])
+    assert mine > cut_off and len(val_rows(bad)) == 1
+    message = status["message"]
+    assert "stopped early by ASHA at epoch 1" in message, message
+    assert f"val_loss {mine:.4f} is above the cut-off {cut_off:.4f}" in message, message
+    stopped = [e for e in bad.events() if e["kind"] == "stopped"]
+    assert stopped and stopped[-1]["source"] == "asha"
+    assert bad.last_ckpt.is_file()  # --keep-best 3 (default) keeps both of two trials' last.pt
+    no_ray_left(watch)
+
+
+def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
+    code, out, watch = run_sweep([*TINY, "--set", "epochs=4", "--search", "lr=grid:0.01,0.00001",
+                                  "--scheduler", "pbt", "--perturbation-interval", "1", "--concurrency", "2"],
+                                 runs_dir, data_dir, tmp_path / "sweep.log")
+    assert code == 0, out
+    trials = trial_runs(the_sweep(runs_dir))
+    good, weak = trials["t00"], trials["t01"]
+    changes = [e for e in weak.events() if e["kind"] == "set" and e.get("source") == "pbt"]
+    assert changes, f"no PBT exploit in {weak.id}:\n{out}"
+    donor_ends = set(val_rows(good)["step"].astype(int))
+    for change in changes:
+        assert change["field"] == "lr" and change["donor"] == good.id, change
+        assert change["step"] == change["donor_step"] and change["donor_step"] in donor_ends, change
+        assert math.isfinite(change["old"]) and math.isfinite(change["new"])
+    assert changes[0]["old"] == pytest.approx(1e-5)  # the trial's own lr before its first exploit
+    assert any(e["kind"] == "pbt" and e["donor"] == good.id for e in weak.events())
+    # metrics.csv: each training row carries the lr of the latest change before its step (the trial's own lr
+    # before the first one). A restart at the donor's step drops the rows logged after it, so this holds for
+    # the file as it ends up.
+    train = weak.metrics()
+    train = train[train["split"] == "train"]
+    expected = [next((c["new"] for c in reversed(changes) if c["step"] < step), 1e-5) for step in train["step"]]
+    assert list(train["lr"]) == pytest.approx(expected, rel=1e-5)
+    assert (train["step"] > changes[0]["step"]).any(), "no training row after the first exploit"
+    steps = weak.metrics()[["step", "split"]]
+    assert not steps.duplicated().any()  # a restart from the donor's step drops the rows logged after it
+    assert weak.status()["state"] == good.status()["state"] == "finished"
+    no_ray_left(watch)
+
+
+def test_ctrl_c_stops_every_trial_with_last_pt(runs_dir, data_dir, tmp_path):
+    log = tmp_path / "sweep.log"
+    proc = start_sweep([*TINY, "--set", "epochs=6", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
+                       runs_dir, data_dir, log)
+    watch = Descendants(proc.pid)
+    watch.start()
+    wait_until(lambda: any(epochs_done(runs_dir)), "a first epoch", proc, log)
+    proc.send_signal(signal.SIGINT)
+    code, out = finish(proc, log)
+    watch.done.set()
+    assert code == 0, out
+    sweep = the_sweep(runs_dir)
+    assert sweep.info()["state"] == "stopped", sweep.info()
+    trials = trial_runs(sweep)
+    assert len(trials) == 2, f"a trial started after the stop: {sorted(trials)}"
+    for run in trials.values():
+        status = run.status()
+        assert status["state"] == "stopped" and run.last_ckpt.is_file() and not status.get("stopped_by"), status
+    no_ray_left(watch)
+
+
+def test_killed_trial_ends_interrupted_and_resume_finishes_it(runs_dir, data_dir, tmp_path):
+    import psutil
+
+    log = tmp_path / "sweep.log"
+    proc = start_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
+                       runs_dir, data_dir, log)
+    victim = wait_until(lambda: next((r for p in runs_dir.glob("*-t00") if (r := Run(p)).status().get("step")),
+                                     None), "trial t00 to train", proc, log)
+    pid = victim.status()["pid"]
+    psutil.Process(pid).kill()
+    code, out = finish(proc, log)
+    assert code == 0, out
+    sweep = the_sweep(runs_dir)
+    trials = trial_runs(sweep)
+    assert trials["t00"].status()["state"] == State.INTERRUPTED
+    assert any(e["kind"] == "error" and "process" in e["message"] for e in trials["t00"].events())
+    assert [trials[t].status()["state"] for t in ("t01", "t02")] == ["finished", "finished"]
+    assert sweep.info()["state"] == "finished"
+    # --resume continues the interrupted trial from its last.pt
+    code, out, _ = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
+    assert code == 0, out
+    run = trials["t00"]
+    assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == [1, 2, 3]
+    assert not run.metrics()[["step", "split"]].duplicated().any()
+    assert any(e["kind"] == "resume" for e in run.events())
+
+
+def test_resume_an_interrupted_sweep(runs_dir, data_dir, tmp_path):
+    """The driver dies (SIGKILL): the sweep reads `interrupted`; --resume restores Tune's experiment and finishes."""
+    log = tmp_path / "sweep.log"
+    proc = start_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.003", "--concurrency", "2"],
+                       runs_dir, data_dir, log)
+    wait_until(lambda: epochs_done(runs_dir).count(0) == 0 and len(epochs_done(runs_dir)) == 2,
+               "both trials to end an epoch", proc, log)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    sweep = the_sweep(runs_dir)
+    assert sweep.info()["state"] == "interrupted" and "--resume" in sweep.info()["message"]
+    poll(lambda: all(r.status()["state"] in ("interrupted", "finished") for r in sweep.trial_runs()), 120,
+         "the trials to read as interrupted (their Ray workers end with the driver)")
+    code, out, watch = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
+    assert code == 0, out
+    info = sweep.info()
+    assert info["state"] == "finished" and len(info["resumed"]) == 1
+    for run in sweep.trial_runs():
+        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == [1, 2, 3]
+        assert not run.metrics()[["step", "split"]].duplicated().any()
+    no_ray_left(watch)
+
+
+def start_head(port: int, temp: str, log: Path) -> subprocess.Popen:
+    """`ray start --head --block` on 127.0.0.1 in a new process group (token auth on, as Ray 2.60 does)."""
+    ray = Path(sys.executable).with_name("ray")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")  # keep it on 127.0.0.1
+    if not (Path.home() / ".ray" / "auth_token").is_file():
+        subprocess.run([str(ray), "get-auth-token", "--generate"], env=env, check=True, capture_output=True)
+    with open(log, "wb") as out:
+        head = subprocess.Popen([str(ray), "start", "--head", "--block", f"--port={port}",
+                                 "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
+                                 f"--temp-dir={temp}"], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    poll(lambda: head.poll() is not None or "Ray runtime started" in tail(log), 180, "the Ray head to start")
+    assert head.poll() is None, tail(log)
+    return head
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    """A head on a free port, ended by its process group; yields (address, restart): restart() starts it again."""
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="brnn-head-")  # short: Ray's socket paths must stay under ~107 bytes
+    heads = [start_head(port, temp, tmp_path / "head-0.log")]
+
+    def restart() -> None:
+        heads.append(start_head(port, temp, tmp_path / f"head-{len(heads)}.log"))
+
+    try:
+        yield f"127.0.0.1:{port}", heads, restart
+    finally:
+        for head in heads:
+            if head.poll() is None:
+                end_group(head)
+
+
+def test_sweep_on_a_cluster_head_by_address(runs_dir, data_dir, tmp_path, ray_head):
+    """--address joins the head; its token is picked up from ~/.ray/auth_token with no extra step."""
+    address = ray_head[0]
+    code, out, _ = run_sweep([*TINY, "--set", "epochs=1", "--search", "lr=grid:0.01,0.003", "--address", address],
+                             runs_dir, data_dir, tmp_path / "sweep.log")
+    assert code == 0, out
+    sweep = the_sweep(runs_dir)
+    info = sweep.info()
+    assert info["address"] == address and info["state"] == "finished"
+    assert [r.status()["state"] for r in sweep.trial_runs()] == ["finished", "finished"]
+    assert f"cluster {address}" in out
+
+
+def test_lost_cluster_head_leaves_an_interrupted_sweep_that_resumes(runs_dir, data_dir, tmp_path, ray_head):
+    address, heads, restart = ray_head
+    log = tmp_path / "sweep.log"
+    # Ray's driver gives up on a lost head after 60 s by default; 10 s keeps the test short
+    proc = start_sweep([*TINY, "--set", "epochs=4", "--search", "lr=grid:0.01,0.003", "--address", address],
+                       runs_dir, data_dir, log, env={"RAY_gcs_rpc_server_reconnect_timeout_s": "10"})
+    wait_until(lambda: any(epochs_done(runs_dir)), "a first epoch", proc, log)
+    os.killpg(heads[0].pid, signal.SIGKILL)  # the head machine is gone
+    heads[0].wait(30)
+    finish(proc, log, timeout=300)
+    sweep = the_sweep(runs_dir)
+    assert sweep.info()["state"] == "interrupted", sweep.info()
+    assert {r.status()["state"] for r in sweep.trial_runs()} <= {"interrupted", "finished"}
+    assert any(len(val_rows(r)) for r in sweep.trial_runs())  # the run directories read cleanly
+    restart()
+    code, out, _ = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
+    assert code == 0, out
+    assert sweep.info()["state"] == "finished"
+    for run in sweep.trial_runs():
+        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == [1, 2, 3, 4]
+
+
+def test_pause_resume_and_stop_a_trial_like_any_run(runs_dir, data_dir, tmp_path):
+    """The Train page's buttons on trials: t00 paused while the sweep goes on, t01 stopped (last.pt kept)."""
+    log = tmp_path / "sweep.log"
+    proc = start_sweep([*TINY, "--set", "epochs=4", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
+                       runs_dir, data_dir, log)
+    try:
+        runs = wait_until(lambda: (r := {p.name[-3:]: Run(p) for p in runs_dir.glob("*-t0[01]")}) and len(r) == 2
+                          and all(x.status().get("step") for x in r.values()) and r, "t00 and t01 to train", proc, log)
+        runs["t00"].send_command("pause")
+        runs["t01"].send_command("stop")
+        paused = wait_until(lambda: (s := runs["t00"].status())["state"] == State.PAUSED and s, "t00 paused", proc, log)
+        wait_until(lambda: runs["t01"].status()["state"] == State.STOPPED, "t01 stopped", proc, log)
+        t02 = wait_until(lambda: next((Run(p) for p in runs_dir.glob("*-t02") if Run(p).status().get("step")), None),
+                         "t02 to take the freed slot and train", proc, log)
+        assert runs["t00"].status()["step"] == paused["step"]  # paused while t02 trains
+        runs["t00"].send_command("resume")
+        code, out = finish(proc, log)
+    finally:
+        if proc.poll() is None:
+            end_group(proc)
+    assert code == 0, out
+    kinds = [e["kind"] for e in runs["t00"].events()]
+    assert "pause" in kinds and "resume" in kinds and runs["t00"].status()["state"] == "finished"
+    stopped = runs["t01"].status()
+    assert stopped["state"] == "stopped" and not stopped.get("stopped_by") and runs["t01"].last_ckpt.is_file()
+    assert t02.status()["state"] == "finished"
+    assert the_sweep(runs_dir).info()["state"] == "finished"

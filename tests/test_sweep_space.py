@@ -1,0 +1,163 @@
+"""Sweep search specs and plans: every bad spec is refused (exit 2, one message naming the key) before Ray starts.
+
+These run in-process and fast: no Ray, no training. The end-to-end sweeps are in test_sweep.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from helpers import free_port as closed_port  # nothing listens there
+
+from brnn_core.cli import main
+from brnn_core.config import TrainConfig
+from brnn_core.sweep.plan import SweepRequest, plan_sweep
+from brnn_core.sweep.records import trial_run_id
+from brnn_core.sweep.space import SearchSpec, SweepError, parse_search, parse_spec, to_mutation, to_tune, trial_count
+
+BASE = TrainConfig(dataset="mnist-sample", device="cpu").to_dict()
+
+
+def test_listed_values_take_the_fields_type():
+    spec = parse_spec("lr", "choice:0.01, 1e-3,0.0001", BASE)
+    assert spec.values == (0.01, 0.001, 0.0001) and all(isinstance(v, float) for v in spec.values)
+    grid = parse_spec("hidden-size", "grid:8,16", BASE)  # dashes read as underscores, like --set
+    assert grid.key == "hidden_size" and grid.values == (8, 16)
+    assert parse_spec("optimizer", "choice:adam,sgd", BASE).values == ("adam", "sgd")
+
+
+def test_ranges():
+    spec = parse_spec("lr", "loguniform:1e-4:1e-1", BASE)
+    assert (spec.low, spec.high) == (1e-4, 0.1) and spec.text == "loguniform:0.0001:0.1"
+    ints = parse_spec("hidden_size", "randint:8:32", BASE)
+    assert (ints.low, ints.high) == (8, 32)
+    assert SearchSpec.from_dict("lr", spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize(("key", "spec", "words"), [
+    ("hiden_size", "grid:8,16", ["hiden_size", "not a training field", "hidden_size"]),
+    ("cpu_threads", "grid:1,2", ["cpu_threads", "--cpus-per-trial"]),
+    ("lr", "normal:0:1", ["lr=normal:0:1", "choice:a,b,c"]),
+    ("lr", "choice:", ["choice:a,b,c"]),
+    ("lr", "choice:0.01,,0.1", ["empty value"]),
+    ("lr", "choice:0.01,fast", ["'fast'", "lr"]),
+    ("lr", "grid:0.01,0.01", ["twice"]),
+    ("lr", "uniform:0.1:20", ["lr", "'20'", "out of range"]),
+    ("lr", "uniform:0.1:0.01", ["low end must be below"]),
+    ("grad_clip", "loguniform:0:5", ["loguniform", "above 0"]),
+    ("lr", "loguniform:0:0.1", ["lr", "out of range"]),
+    ("lr", "uniform:0.1", ["lo:hi"]),
+    ("hidden_size", "uniform:8:32", ["hidden_size", "whole number", "randint"]),
+    ("lr", "randint:1:3", ["lr", "decimal", "uniform"]),
+    ("optimizer", "uniform:0:1", ["optimizer", "text", "choice"]),
+    ("num_layers", "randint:1:9", ["num_layers", "'9'", "out of range"]),
+    ("dataset", "choice:mnist,cifar", ["'cifar'", "dataset"]),
+])
+def test_bad_specs_name_the_key_and_the_problem(key, spec, words):
+    with pytest.raises(SweepError) as err:
+        parse_spec(key, spec, BASE)
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+def test_scheduler_limits():
+    with pytest.raises(SweepError, match="hidden_size with --scheduler pbt.*only lr and grad_clip"):
+        parse_search(["lr=grid:0.1,0.01", "hidden_size=grid:8,16"], BASE, scheduler="pbt")
+    with pytest.raises(SweepError, match="epochs with --scheduler asha"):
+        parse_search(["epochs=grid:2,3"], BASE, scheduler="asha")
+    with pytest.raises(SweepError, match="given twice"):
+        parse_search(["lr=grid:0.1,0.01", "lr=choice:0.1"], BASE)
+    specs = parse_search(["lr=grid:0.1,0.01", "grad_clip=uniform:0:5"], BASE, scheduler="pbt")
+    assert trial_count(specs, 3) == 6
+
+
+def test_tune_domains_cover_the_spec():
+    """randint's high end is included (Tune's is not), and PBT resamples listed values from the list."""
+    domain = to_tune(parse_spec("hidden_size", "randint:8:9", BASE))
+    draws = {domain.sample() for _ in range(200)}
+    assert draws == {8, 9}
+    assert to_tune(parse_spec("lr", "grid:0.1,0.01", BASE)) == {"grid_search": [0.1, 0.01]}
+    assert to_mutation(parse_spec("lr", "choice:0.1,0.01", BASE)) == [0.1, 0.01]
+    lr = to_tune(parse_spec("lr", "loguniform:1e-4:1e-2", BASE))
+    assert all(1e-4 <= lr.sample() <= 1e-2 for _ in range(100))
+
+
+def test_trial_run_ids():
+    assert trial_run_id("20261201-101010-sweep-ab12", "3f2a1_00003") == "20261201-101010-sweep-ab12-t03"
+
+
+def plan(tmp_path, *search, **options):
+    request = SweepRequest(search=list(search), sets=["epochs=3", "device=cpu"], **options)
+    return plan_sweep(request, tmp_path / "runs", tmp_path / "data")
+
+
+def test_plan_defaults_fit_this_machine(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    p = plan(tmp_path, "lr=loguniform:1e-4:1e-1")
+    assert (p.samples, p.trials, p.concurrency, p.cpus_per_trial, p.gpus_per_trial) == (8, 8, 2, 1.0, 0.0)
+    assert p.base["cpu_threads"] == 1 and p.base["epochs"] == 3 and p.address is None
+    grid = plan(tmp_path, "lr=grid:0.1,0.01,0.001", cpus_per_trial=2)
+    assert (grid.trials, grid.concurrency, grid.base["cpu_threads"]) == (3, 1, 2)
+    assert plan(tmp_path, "lr=grid:0.1,0.01", keep_all=True).keep_best is None
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"scheduler": "pbt", "trials": 1}, ["pbt", "at least 2 trials"]),
+    ({"perturbation_interval": 2}, ["--perturbation-interval", "pbt"]),
+    ({"scheduler": "pbt", "perturbation_interval": 3}, ["--perturbation-interval 3", "between 1 and"]),
+    ({"gpus_per_trial": 0.5}, ["--gpus-per-trial 0.5", "no CUDA GPU"]),
+    ({"gpus_per_trial": 1.5}, ["--gpus-per-trial 1.5", "whole GPUs"]),
+    ({"cpus_per_trial": 0}, ["--cpus-per-trial 0", "above 0"]),
+    ({"concurrency": 0}, ["--concurrency 0"]),
+    ({"trials": 0}, ["--trials 0"]),
+    ({"address": "nowhere"}, ["--address nowhere", "HOST:PORT"]),
+])
+def test_bad_plans(tmp_path, options, words):
+    if "gpus_per_trial" in options and options["gpus_per_trial"] == 0.5:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    with pytest.raises(SweepError) as err:
+        plan(tmp_path, "lr=choice:0.1,0.01", **options)
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+def test_unreachable_address_fails_fast(tmp_path):
+    port = closed_port()
+    with pytest.raises(SweepError, match=f"127.0.0.1:{port}: nothing answers there.*ray start --head --port={port}"):
+        plan(tmp_path, "lr=choice:0.1,0.01", address=f"127.0.0.1:{port}")
+
+
+def test_asha_needs_two_epochs(tmp_path):
+    with pytest.raises(SweepError, match="asha acts between epochs"):
+        plan_sweep(SweepRequest(search=["lr=choice:0.1,0.01"], sets=["epochs=1"], scheduler="asha"),
+                   tmp_path / "runs", tmp_path / "data")
+
+
+@pytest.mark.parametrize("args", [
+    ["--search", "hiden_size=grid:8,16"],
+    ["--search", "lr=loguniform:0:1"],
+    ["--search", "lr=grid:0.1,0.01", "--set", "hidden_size=0"],
+    ["--search", "lr=grid:0.1,0.01", "--scheduler", "pbt", "--search", "num_layers=grid:1,2"],
+    ["--search", "lr=grid:0.1,0.01", "--gpus-per-trial", "2"],
+    ["--set", "epochs=2"],
+    ["--resume", "no-such-sweep"],
+    ["--search", "lr=grid:0.1,0.01", "--address", f"127.0.0.1:{closed_port()}"],
+])
+def test_cli_bad_input_exits_2_before_ray_starts(tmp_path, capsys, args):
+    """Exit 2 with one `error:` line naming the problem; no runs folder, no Ray imported."""
+    import torch
+
+    if "--gpus-per-trial" in args and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    ray_before = "ray" in sys.modules
+    runs = tmp_path / "runs"
+    code = main(["sweep", "--runs-dir", str(runs), "--data-dir", str(tmp_path / "data"), *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: ") and len(err) < 800, err
+    assert not runs.exists() or not any(runs.rglob("*")), list(runs.rglob("*"))
+    assert ray_before or "ray" not in sys.modules

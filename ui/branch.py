@@ -1,0 +1,75 @@
+"""The "Branch from here" form, shared by the Runs and Train pages (the logic is brnn_core.branch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from brnn_core.branch import BRANCH_CHECKPOINTS, branch_defaults
+from brnn_core.config import OPTIMIZERS
+from brnn_core.runs import Run
+from brnn_core.states import ACTIVE_STATES
+from ui.common import flash, registry, select_run
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _defaults(run_path: str, kind: str, mtime_ns: int) -> dict:
+    return branch_defaults(Run(Path(run_path)), kind)  # mtime_ns: a rewritten checkpoint is read again
+
+
+def _on_branch(runs_dir: Path, data_dir: Path, parent_id: str, kind: str, prefix: str, step: int) -> None:
+    state = st.session_state
+    overrides = {name: state[f"{prefix}_{name}"] for name in ("lr", "grad_clip", "epochs", "optimizer")}
+    try:
+        new = registry().branch(runs_dir, parent_id, kind, overrides, data_dir=data_dir)
+    except (ValueError, OSError) as exc:  # BranchError, ConfigError, CheckpointError: the message says why
+        flash("error", f"Not branched: {exc}")
+        return
+    select_run(new.id)
+    state["inspect"] = new.id  # the Runs page inspects the new branch
+    flash("success", f"Started branch {new.id} from {parent_id}'s {kind}.pt (step {step}).")
+
+
+def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
+    """Pick a checkpoint and new lr / clip / epochs / optimizer; the button creates the branch and starts it."""
+    with st.expander("Branch from here", icon=":material/call_split:"):
+        found = _readable_checkpoints(run)
+        if not found:
+            st.caption("No checkpoint saved yet: nothing to branch from.")
+            return
+        st.caption("A new run that starts from this run's weights (and optimizer state, from last.pt) and "
+                   "continues its steps. The architecture and data split stay; epochs counts this run's too.")
+        kind = st.radio("Checkpoint", list(found), key=f"{key}_{run.id}_kind", horizontal=True,
+                        format_func=lambda k: f"{k}.pt (epoch {found[k]['epoch']}, step {found[k]['step']})")
+        d = found[kind]
+        prefix = f"{key}_{run.id}_{kind}"  # per checkpoint: its own starting values
+        c1, c2, c3, c4 = st.columns(4)
+        c1.number_input("Learning rate", value=d["lr"], min_value=0.0, format="%.5f", step=0.001, key=f"{prefix}_lr")
+        c2.number_input("Gradient clipping", value=d["grad_clip"], min_value=0.0, step=0.5,
+                        key=f"{prefix}_grad_clip")
+        c3.number_input("Total epochs", value=d["epochs"], min_value=d["min_epochs"], step=1, key=f"{prefix}_epochs",
+                        help=f"Counting this run's: the checkpoint is at epoch {d['epoch']}.")
+        c4.selectbox("Optimizer", OPTIMIZERS, index=OPTIMIZERS.index(d["optimizer"]), key=f"{prefix}_optimizer",
+                     help="Another optimizer starts with a fresh state.")
+        if kind == "best":
+            st.caption("best.pt keeps only the weights: the branch starts with a fresh optimizer state.")
+        busy = run.status().get("state") in ACTIVE_STATES
+        if busy:
+            st.caption("Stop this run (or wait for it to end) before branching from it.")
+        st.button("Branch from here", key=f"{key}_{run.id}_go", type="primary", disabled=busy,
+                  on_click=_on_branch, args=(runs_dir, data_dir, run.id, kind, prefix, d["step"]))
+
+
+def _readable_checkpoints(run: Run) -> dict[str, dict]:
+    """kind -> the form's starting values, for each of the run's checkpoints that loads; a bad one is named."""
+    found = {}
+    for kind in BRANCH_CHECKPOINTS:
+        path = run.last_ckpt if kind == "last" else run.best_ckpt
+        try:
+            found[kind] = _defaults(str(run.path), kind, path.stat().st_mtime_ns)
+        except FileNotFoundError:
+            continue
+        except ValueError as exc:  # CheckpointError: a damaged or foreign file
+            st.caption(f"{kind}.pt cannot be branched from: {exc}")
+    return found
