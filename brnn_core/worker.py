@@ -142,7 +142,7 @@ def load_splits(cfg: TrainConfig, data_dir: Path, device: torch.device, progress
 
 
 def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings: dict,
-            source: Path | None = None, scaler: torch.amp.GradScaler | None = None) -> Position:
+            source: Path | None = None, *, scaler: torch.amp.GradScaler | None = None) -> Position:
     """Continue from the run's last.pt (or `source`): weights, optimizer state, live settings and the fp16
     loss scale; returns where it was."""
     if source is None and not run.last_ckpt.is_file():
@@ -193,7 +193,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     if unstarted_branch(run):  # a branch's first start: from its parent's checkpoint (branch.py)
         start = start_branch(run, cfg, model, optimizer, settings)
     else:
-        start = restore(run, model, optimizer, settings, resume_from, scaler) if resume else Position()
+        start = restore(run, model, optimizer, settings, resume_from, scaler=scaler) if resume else Position()
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
                   classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset))

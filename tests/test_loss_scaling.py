@@ -111,7 +111,7 @@ def test_grad_scaler_state_round_trips_through_a_checkpoint(sample, runs_dir):
     model2 = tiny(seed=1)
     opt2 = make_optimizer(model2.parameters(), "adam", 0.01)
     fresh = LossScaler("cpu")  # as the worker makes it before restoring
-    position = restore(run, model2, opt2, dict(settings), fresh)
+    position = restore(run, model2, opt2, dict(settings), scaler=fresh)
     assert position.step == first.step and fresh.state_dict() == saved
     assert fresh.get_scale() == scaler.get_scale() and fresh.skipped_steps() == scaler.skipped_steps()
     with aten_lstm():  # both go on alike from the same state
