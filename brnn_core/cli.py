@@ -118,6 +118,10 @@ def cmd_train(args) -> int:
         # jobs.spawn_worker records the new worker's pid before it gets here: that live pid is us, not a rival.
         if state in ACTIVE_STATES and status.get("pid") != os.getpid():
             raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
+        if not run.last_ckpt.is_file() and (status.get("pruned") or {}).get("last.pt"):  # resuming would restart it
+            raise BadInput(f"run {run.id}'s last.pt was pruned by its sweep to save disk, so it cannot be resumed "
+                           f"(it would start again from step 0); branch from its best.pt instead: "
+                           f"python -m brnn_core train --from {run.id}:best")
         for name, value in live.items():  # applied by the worker before its first step, and logged
             run.send_command("set", field=name, value=value)
         resume = True

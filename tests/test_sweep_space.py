@@ -53,6 +53,7 @@ def test_ranges():
     ("optimizer", "uniform:0:1", ["optimizer", "text", "choice"]),
     ("num_layers", "randint:1:9", ["num_layers", "'9'", "out of range"]),
     ("dataset", "choice:mnist,cifar", ["'cifar'", "dataset"]),
+    ("device", "choice:cpu,cuda", ["device", "--set device=", "--gpus-per-trial"]),
 ])
 def test_bad_specs_name_the_key_and_the_problem(key, spec, words):
     with pytest.raises(SweepError) as err:
@@ -145,6 +146,7 @@ def test_asha_needs_two_epochs(tmp_path):
     ["--search", "lr=grid:0.1,0.01", "--gpus-per-trial", "2"],
     ["--set", "epochs=2"],
     ["--resume", "no-such-sweep"],
+    ["--resume", "no-such-sweep", "--trials", "4", "--scheduler", "asha"],
     ["--search", "lr=grid:0.1,0.01", "--address", f"127.0.0.1:{closed_port()}"],
 ])
 def test_cli_bad_input_exits_2_before_ray_starts(tmp_path, capsys, args):
@@ -161,3 +163,40 @@ def test_cli_bad_input_exits_2_before_ray_starts(tmp_path, capsys, args):
     assert err.startswith("error: ") and len(err) < 800, err
     assert not runs.exists() or not any(runs.rglob("*")), list(runs.rglob("*"))
     assert ray_before or "ray" not in sys.modules
+
+
+def test_resume_refuses_what_only_a_new_sweep_can_change(tmp_path, capsys):
+    code = main(["sweep", "--runs-dir", str(tmp_path / "runs"), "--resume", "s1", "--trials", "4", "--scheduler",
+                 "asha", "--keep-all-checkpoints"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--trials, --scheduler, --keep-all-checkpoints" in err and "sweep.json" in err, err
+
+
+def test_every_searched_dataset_is_checked_before_ray(tmp_path):
+    """A searched dataset is made ready (or refused offline) once, up front: not raced for by every trial."""
+    assert plan(tmp_path, "lr=grid:0.1,0.01").datasets() == ["mnist-sample"]
+    both = plan(tmp_path, "dataset=choice:mnist-sample,fashion-mnist")
+    assert both.datasets() == ["mnist-sample", "fashion-mnist"]
+
+
+def test_more_gpus_per_trial_than_the_machine_has(tmp_path, monkeypatch):
+    """An embedded Ray could never place such a trial: the sweep would wait forever, so it is refused."""
+    from brnn_core.sweep import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "local_gpus", lambda: 1)  # the one machine fact a CPU-only box lacks
+    with pytest.raises(SweepError, match="--gpus-per-trial 2: this machine has 1 GPU"):
+        plan_sweep(SweepRequest(search=["lr=choice:0.1,0.01"], sets=["epochs=3", "device=auto"], gpus_per_trial=2),
+                   tmp_path / "runs", tmp_path / "data")
+
+
+def test_a_pruned_trial_is_not_resumed_from_step_0(tmp_path, capsys):
+    """Its last.pt was pruned: resuming would start it again and cut its metrics; branching from best.pt is the way."""
+    from helpers import fake_finished_run
+
+    run = fake_finished_run(tmp_path / "runs")
+    run.write_status(state="stopped", pruned={"last.pt": {"time": 0, "bytes": 6_700_000, "why": "not among the best"}})
+    before = run.metrics_path.read_bytes()
+    code = main(["train", "--runs-dir", str(tmp_path / "runs"), "--resume", run.id])
+    err = capsys.readouterr().err
+    assert code == 2 and "pruned" in err and f"--from {run.id}:best" in err, err
+    assert run.metrics_path.read_bytes() == before

@@ -35,6 +35,8 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
     """Pick a checkpoint and new lr / clip / epochs / optimizer; the button creates the branch and starts it."""
     with st.expander("Branch from here", icon=":material/call_split:"):
         found = _readable_checkpoints(run)
+        if "last" not in found and (run.raw_status().get("pruned") or {}).get("last.pt"):
+            st.caption("last.pt was pruned by the sweep to save disk: branch from best.pt (weights only).")
         if not found:
             st.caption("No checkpoint saved yet: nothing to branch from.")
             return

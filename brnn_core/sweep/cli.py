@@ -59,13 +59,22 @@ def cmd_sweep(args) -> int:
     printer = lambda line: print(line, flush=True)  # noqa: E731
     try:
         if args.resume:
-            if args.search or args.set or args.config:
-                raise SweepError("--resume continues a sweep as it was planned: drop --search/--set/--config")
+            planned = {"--search": args.search, "--set": args.set, "--config": args.config, "--trials": args.trials,
+                       "--scheduler": args.scheduler != "fifo", "--metric": args.metric != "val_loss",
+                       "--perturbation-interval": args.perturbation_interval, "--concurrency": args.concurrency,
+                       "--cpus-per-trial": args.cpus_per_trial, "--gpus-per-trial": args.gpus_per_trial,
+                       "--address": args.address, "--name": args.name, "--keep-best": args.keep_best != 3,
+                       "--keep-all-checkpoints": args.keep_all_checkpoints}
+            given = [flag for flag, value in planned.items() if value]
+            if given:
+                raise SweepError(f"--resume continues a sweep as it was planned (its sweep.json): drop "
+                                 f"{', '.join(given)}")
             return resume_sweep(args.resume, runs_dir, printer)
         if args.keep_best < 0:
             raise SweepError(f"--keep-best {args.keep_best}: 0 or more")
         plan = plan_sweep(request_from(args), runs_dir, data_dir)
-        ensure_dataset(plan.base["dataset"], data_dir)  # a missing download fails here, before Ray starts
+        for dataset in plan.datasets():  # a missing download fails here, before Ray starts (and once, not per trial)
+            ensure_dataset(dataset, data_dir)
         return run_sweep(plan, request_from(args), runs_dir, data_dir, printer)
     except (SweepError, RunError) as exc:
         raise BadInput(str(exc)) from None

@@ -65,6 +65,11 @@ class SweepPlan:
     def mode(self) -> str:
         return METRICS[self.metric][1]
 
+    def datasets(self) -> list[str]:
+        """Every dataset a trial can train on: the base one, or the listed values when dataset is searched."""
+        searched = next((s for s in self.specs if s.key == "dataset"), None)
+        return list(dict.fromkeys(searched.values)) if searched else [self.base["dataset"]]
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["specs"] = {s.key: s.to_dict() for s in self.specs}
@@ -171,6 +176,9 @@ def resources(request: SweepRequest, cfg: TrainConfig, total: int, *, local: boo
     if gpus > 0 and gpus_here == 0:
         raise SweepError(f"--gpus-per-trial {gpus:g}: this machine has no CUDA GPU; drop --gpus-per-trial to train "
                          "on the CPU, or give --address of a cluster with GPUs")
+    if gpus_here and gpus > gpus_here:  # no trial could ever be placed: the sweep would wait forever
+        raise SweepError(f"--gpus-per-trial {gpus:g}: this machine has {gpus_here} GPU(s); ask for at most "
+                         f"{gpus_here}, or give --address of a cluster with bigger machines")
     if gpus == 0 and cfg.device.startswith("cuda"):
         raise SweepError(f"device {cfg.device} needs a GPU for each trial: add --gpus-per-trial (0.25 shares one GPU "
                          "between four trials)")

@@ -21,7 +21,9 @@ from ..config import ConfigError, TrainConfig
 
 KINDS = ("choice", "grid", "uniform", "loguniform", "randint")
 RANGE_KINDS = ("uniform", "loguniform", "randint")
-NOT_SEARCHABLE = {"cpu_threads": "it is set by --cpus-per-trial (the trial's share of the CPU)"}
+NOT_SEARCHABLE = {"cpu_threads": "it is set by --cpus-per-trial (the trial's share of the CPU)",
+                  "device": "every trial runs where the sweep's resources put it: set it with --set device=..., "
+                            "and GPUs with --gpus-per-trial"}
 PBT_FIELDS = ("lr", "grad_clip")  # what PBT may change inside a running trial (its live fields)
 SCHEDULED_EPOCHS = "the scheduler decides how long each trial trains: set epochs with --set, do not search it"
 
