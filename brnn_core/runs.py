@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,10 @@ from .states import ACTIVE_STATES, State
 METRIC_COLUMNS = ["step", "epoch", "split", "loss", "accuracy", "lr", "samples_per_s", "elapsed_s"]
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 QUEUED_GRACE_S = 60.0  # a run created but never picked up by a worker for this long is dead
+# A worker on another machine (a sweep trial on a cluster node, the runs folder on shared storage): its pid
+# means nothing here, so it is alive while its heartbeat (every few seconds while it trains or waits) is
+# this fresh; long enough for a validation pass on a slow node, short enough to notice a lost node.
+REMOTE_STALE_S = 300.0
 
 
 class RunError(ValueError):
@@ -173,6 +178,9 @@ def worker_alive(status: dict) -> bool:
     pid = status.get("pid")
     if not pid:
         return time.time() - float(status.get("created", 0) or 0) < QUEUED_GRACE_S
+    host = status.get("host")
+    if host and host != socket.gethostname():
+        return time.time() - float(status.get("heartbeat") or 0) < REMOTE_STALE_S
     import psutil
 
     try:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import os
+import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -61,7 +62,8 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Pri
     me = psutil.Process(os.getpid())
     threads_before = torch.get_num_threads()  # the run plans its own (threads.py); the caller's are given back
     run.write_status(state=State.LOADING, message="starting", pid=os.getpid(), pid_started=me.create_time(),
-                     heartbeat=time.time(), started=run.raw_status().get("started") or time.time(), ended=None)
+                     host=socket.gethostname(), heartbeat=time.time(),
+                     started=run.raw_status().get("started") or time.time(), ended=None)
     try:
         return _train(run, data_dir, resume, printer or (lambda kind, info: None), after_epoch,
                       resume_from=resume_from, before_start=before_start)
@@ -202,9 +204,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
                         steps_per_epoch=math.ceil(len(splits.train_y) / cfg.batch_size), printer=printer,
                         after_epoch=after_epoch, scaler=scaler)
     controller = Controller(run, optimizer, settings, status_extra=recorder.status_extra)
-    _begin(run, recorder, controller, device, splits, note=init_note, fresh_last=resume_from is not None)
-    if before_start is not None:
-        before_start(controller)
+    _begin(run, recorder, controller, device, splits, note=init_note, fresh_last=resume_from is not None,
+           before_start=before_start)
     hooks = recorder.hooks(controller)
     if keeper is not None:  # other training processes come and go: re-plan this one's share between steps
         hooks.before_step = keeper.wrap(hooks.before_step)
@@ -221,11 +222,15 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
 
 
 def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.device, splits: Splits, *,
-           note: str | None = None, fresh_last: bool = False) -> None:
-    """Apply commands sent before the worker ran, make sure a last.pt exists, and say training started."""
+           note: str | None = None, fresh_last: bool = False,
+           before_start: Callable[[Controller], None] | None = None) -> None:
+    """Apply commands sent before the worker ran (and `before_start`'s changes), make sure a last.pt exists
+    that carries them, and say training started."""
     step = recorder.position.step
     controller.step = step
     controller.poll()  # commands sent while no worker ran, e.g. `set epochs` before a resume
+    if before_start is not None:  # PBT's new lr: before last.pt is saved, so a kill now resumes with it
+        before_start(controller)
     if fresh_last or not run.last_ckpt.is_file():  # fresh_last: restored from elsewhere, last.pt is now stale
         recorder.save_last()  # from now on a killed run always has a last.pt to resume
     drop_start_copy(run)  # a branch resumes from its own last.pt from now on

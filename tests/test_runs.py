@@ -262,3 +262,16 @@ def test_pause_set_resume_stop_a_real_worker(runs_dir, data_dir, worker_procs, m
     kinds = [e["kind"] for e in run.events()]
     assert [k for k in kinds if k in ("start", "pause", "set", "resume", "stop", "stopped")] == \
         ["start", "pause", "set", "resume", "stop", "stopped"]
+
+
+def test_a_worker_on_another_machine_is_judged_by_its_heartbeat():
+    """A sweep trial on a cluster node writes into the shared runs folder: its pid means nothing here."""
+    import socket
+
+    from brnn_core.runs import REMOTE_STALE_S, worker_alive
+
+    remote = {"pid": os.getpid(), "pid_started": 0.0, "host": "node-7.cluster.invalid"}
+    assert worker_alive({**remote, "heartbeat": time.time() - 5})
+    assert not worker_alive({**remote, "heartbeat": time.time() - REMOTE_STALE_S - 1})
+    here = {"pid": os.getpid(), "host": socket.gethostname(), "heartbeat": 0}
+    assert worker_alive(here)  # this machine: the pid decides, however old the heartbeat
