@@ -2,11 +2,7 @@
 
 import sys
 
-from .threads import apply_openmp_env
-
-apply_openmp_env()  # before anything imports torch: libgomp reads its wait settings once, when it loads
-
-from .cli import main  # noqa: E402
+from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -84,8 +84,8 @@ class TrainConfig:
                 + ", ".join(f"{v} for {k}" for k, v in AUGMENT_AUTO.items()) + ". Can be changed while training."})
     cpu_threads: int = field(default=0, metadata={
         "help": "CPU threads for training; 0 = every core, shared evenly with other training runs on this machine "
-                "(re-planned while they come and go; OpenMP threads spin only briefly, so the dashboard and "
-                "other programs get a core when they need one: bench/README.md, \"Threads\").",
+                "and with cores other programs keep busy (re-planned every few seconds while they come and go: "
+                "bench/README.md, \"Threads\").",
         "range": (0, 1024)})
     my_drawings: float = field(default=0.0, metadata={
         "help": "Share of the training images that are your own drawings (saved on the Predict page, in "

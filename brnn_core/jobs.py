@@ -20,7 +20,6 @@ import torch
 from .config import TrainConfig
 from .runs import Run, RunError, create_run, list_runs
 from .states import ACTIVE_STATES, State
-from .threads import openmp_env
 
 
 def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
@@ -29,14 +28,12 @@ def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
 
 
 def worker_environ(base: dict[str, str], data_dir: Path | None = None) -> dict[str, str]:
-    """The worker process's environment: `base` (the server's), the data folder, plain progress lines, and
-    libgomp's wait policy, which it reads once when the worker loads torch (threads.py)."""
+    """The worker process's environment: `base` (the server's), the data folder and plain progress lines."""
     env = dict(base)
     if data_dir is not None:
         env["BRNN_DATA_DIR"] = str(data_dir)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("BRNN_PROGRESS", "plain")
-    env.update(openmp_env(env))
     return env
 
 

@@ -1,20 +1,15 @@
-"""CPU threads for training: how many each process uses, and how its OpenMP threads wait.
+"""CPU threads for training: how many each process uses (measured: bench/README.md, "Threads").
 
-Two levers, both measured (bench/README.md, "Threads"):
-
-- **How OpenMP threads wait.** torch's CPU kernels (and oneDNN's LSTM) run on libgomp. An LSTM
-  step is hundreds of small parallel regions; at the end of each, libgomp's default makes a thread
-  that finished first spin for about 300,000 iterations (milliseconds) before sleeping. On an idle
-  machine that is fastest; when another process holds a core, the spinning thread burns the time the
-  thread it waits for needs, and training collapses. `OPENMP_ENV` caps the spin so a waiting thread
-  soon gives its core away. libgomp reads these variables once, when torch loads it, so they are set
-  in the worker's environment (`jobs.spawn_worker`) and at the top of `python -m brnn_core` before
-  anything imports torch, and only where the user has not set them.
 - **How many threads.** Every core by default, as torch (and the blog script) would use, minus the
-  cores other brnn_core training processes on this machine hold: each training process leaves a
-  claim (a small file under the temp folder) and re-plans every few seconds, so two runs started
-  one after the other share the cores instead of oversubscribing them. An explicit `cpu_threads`
-  or OMP_NUM_THREADS is always kept. torch's inter-op pool is left alone: the LSTM never uses it.
+  cores other brnn_core training processes on this machine hold and the cores other programs keep
+  busy: each training process leaves a claim (a small file under the temp folder) and re-plans every
+  few seconds, so two runs started one after the other share the cores instead of oversubscribing
+  them. An explicit `cpu_threads` or OMP_NUM_THREADS is always kept. torch's inter-op pool is left
+  alone: the LSTM never uses it.
+- **How OpenMP threads wait** is left at libgomp's default (spin, then sleep). Capping the spin
+  (GOMP_SPINCOUNT 1,000 / 10,000 / 30,000) or OMP_WAIT_POLICY=PASSIVE was measured slower both on an
+  idle machine and next to a bursty program like the dashboard; what two threads cannot survive is a
+  core taken for good, and the fair share above gives that core back.
 
 `plan_threads` is the policy as a pure function (tested); `CpuClaims` is the bookkeeping around it.
 """
@@ -24,45 +19,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-# libgomp spins this many iterations at a barrier before it sleeps (its default: 300,000; PASSIVE: 0)
-OPENMP_ENV = {"GOMP_SPINCOUNT": "1000"}
-USER_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # either one set by the user: leave both alone
 REPLAN_EVERY_S = 5.0
 FOREIGN_CORE = 0.6  # other programs using this much of a core take it (bench/README.md, "Threads")
 FIRST_SAMPLE_S = 0.25  # how long the first plan watches the machine before training starts
-
-
-def openmp_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The OpenMP wait settings to add to `environ`: ours, unless the user chose a wait policy there (or
-    turned ours off with BRNN_OPENMP_ENV=0). Includes BRNN_OPENMP_ADDED, naming what was added."""
-    if environ.get("BRNN_OPENMP_ENV") == "0" or any(environ.get(k) for k in USER_WAIT_VARS):
-        return {}
-    return {**OPENMP_ENV, "BRNN_OPENMP_ADDED": ",".join(OPENMP_ENV)}
-
-
-def apply_openmp_env(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
-    """Put `openmp_env` into this process's environment; only useful before torch is imported."""
-    if "torch" in sys.modules:
-        return {}  # libgomp has read its settings already
-    added = openmp_env(environ)
-    environ.update(added)
-    return added
-
-
-def plain_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` without the OpenMP settings brnn_core added, and with them turned off: for a baseline
-    process (the blog script's loop in the bench) that must run as a plain Python process would."""
-    added = [k for k in environ.get("BRNN_OPENMP_ADDED", "").split(",") if k]
-    env = {k: v for k, v in environ.items() if k not in added and k != "BRNN_OPENMP_ADDED"}
-    env["BRNN_OPENMP_ENV"] = "0"
-    return env
 
 
 @dataclass(frozen=True)

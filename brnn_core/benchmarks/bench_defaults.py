@@ -22,7 +22,6 @@ import torch
 from ..config import TrainConfig
 from ..data import DatasetError
 from ..runs import Run, list_runs
-from ..threads import USER_WAIT_VARS
 from .bench_worker import worker_window
 from .child import CHECKOUT, Child
 from .context import Context
@@ -41,9 +40,7 @@ def dataset_for(ctx: Context) -> tuple[str, int]:
 
 def default_env() -> dict[str, str]:
     """This environment as a user's shell would have it: without thread settings a bench option may have added."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "BRNN_OPENMP_ENV")}
-    if os.environ.get("BRNN_OPENMP_ADDED"):  # ours, not the user's: the CLI adds them itself
-        env = {k: v for k, v in env.items() if k not in USER_WAIT_VARS and k != "BRNN_OPENMP_ADDED"}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     return {**env, "BRNN_PROGRESS": "plain", "PYTHONUNBUFFERED": "1"}
 
 

@@ -17,7 +17,6 @@ import torch
 
 from ..allocator import tune_malloc
 from ..data import load_dataset
-from ..threads import plain_env
 from .sides import BlogEvaluator, BlogTrainer, EngineEvaluator, EngineTrainer, Trainer
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # the folder brnn_core/ sits in: the child imports it from there
@@ -43,8 +42,6 @@ class Child:
         cmd = [sys.executable, "-m", "brnn_core", "bench", "--serve", kind, "--device", str(device),
                "--threads", str(torch.get_num_threads()), "--serve-spec", json.dumps(spec or {})]
         env = {**os.environ, "BRNN_MALLOC_TUNING": "1" if tuned else "0", "PYTHONUNBUFFERED": "1"}
-        if kind.startswith("blog"):  # the blog script runs in a plain process: no OpenMP settings of ours
-            env = plain_env(env)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      cwd=CHECKOUT)
         self.info: dict | None = None
