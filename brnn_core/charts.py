@@ -100,12 +100,21 @@ def accuracy_figure(metrics: pd.DataFrame, *, revision: str = "acc") -> go.Figur
     return note_if_empty(fig, "appears after the first epoch")
 
 
-def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr") -> go.Figure:
+def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr", until_step: int | None = None) -> go.Figure:
+    """The lr schedule as steps: one point where it changes. With `until_step` (the run's planned last step)
+    the line runs on to there, so a live chart stays the same figure until the lr (or the plan) changes:
+    the browser redraws a chart only when its figure changes, and every redraw costs a 2-core machine
+    training speed (bench/README.md, "The dashboard while it streams a run")."""
     fig = _figure("Learning rate", revision, x_title="step", y_title="lr", log_y=True)
     fig.update_yaxes(dtick=1, exponentformat="e")  # label powers of ten only: minor "2" and "5" read as values
     train = metrics[metrics["split"] == "train"]
     if len(train):
-        fig.add_scatter(x=train["step"], y=train["lr"], name="lr", mode="lines", line=dict(shape="hv"))
+        changes = train[train["lr"].ne(train["lr"].shift())]
+        end = int(train["step"].iloc[-1]) if until_step is None else max(int(until_step), int(train["step"].iloc[-1]))
+        x, y = list(changes["step"]), list(changes["lr"])
+        if end > x[-1]:
+            x, y = [*x, end], [*y, y[-1]]
+        fig.add_scatter(x=x, y=y, name="lr", mode="lines", line=dict(shape="hv"))
     return note_if_empty(fig, "waiting for the first logged steps…")
 
 

@@ -37,6 +37,7 @@ active = state in ACTIVE_STATES
 show_flashes()
 
 # ------------------------------------------------------------------ the form
+LIVE_REFRESH_S = 3.0  # the live panel's redraw interval while a run trains (see the fragment below)
 FIXED_WHILE_RUNNING = "Fixed while a run is training: it needs a new run (stop the current one first)."
 defaults = TrainConfig(dataset=default_dataset(data_dir))
 form = st.session_state.setdefault("form", defaults.to_dict())  # survives page changes
@@ -223,15 +224,17 @@ with right:
     log_y = o2.toggle("Log scale (loss)", value=False)
 
 
-def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool) -> list:
-    """Rebuild the four figures only when metrics.csv grew or a chart option changed."""
-    key = (live_run.id, len(metrics), smoothing, log_y)
+def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, total_steps: int | None = None) -> list:
+    """Rebuild the four figures only when metrics.csv grew or a chart option changed. Only the training-loss
+    figure changes with every log: the epoch charts change at epoch ends, the lr chart (drawn to the planned
+    last step) when the lr changes, so the browser redraws one chart per refresh, not four."""
+    key = (live_run.id, len(metrics), smoothing, log_y, total_steps)
     cache = st.session_state.get("_figures")
     if cache is None or cache[0] != key:
         rev = live_run.id  # uirevision: the user's zoom survives redraws of the same run
         figures = [charts.train_loss_figure(metrics, smoothing=smoothing, log_y=log_y, revision=rev),
                    charts.epoch_loss_figure(metrics, revision=rev), charts.accuracy_figure(metrics, revision=rev),
-                   charts.lr_figure(metrics, revision=rev)]
+                   charts.lr_figure(metrics, revision=rev, until_step=total_steps)]
         cache = (key, figures)
         st.session_state["_figures"] = cache
     return cache[1]
@@ -273,7 +276,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     m2.metric("val loss", f"{val['loss'].iloc[-1]:.4f}" if len(val) else "–")
     m3.metric("val accuracy", f"{100 * val['accuracy'].iloc[-1]:.2f}%" if len(val) else "–")
     m4.metric("test accuracy", f"{100 * s['test_acc']:.2f}%" if s.get("test_acc") is not None else "–")
-    figures = cached_figures(live_run, metrics, smoothing, log_y)
+    figures = cached_figures(live_run, metrics, smoothing, log_y, total or None)
     c1, c2 = st.columns(2)
     c1.plotly_chart(figures[0], key="chart_train", on_select="ignore")
     c2.plotly_chart(figures[1], key="chart_epoch", on_select="ignore")
@@ -288,6 +291,8 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
 
 
 with right:
-    # Every second while the run can change; an ended run is only watched for a resume from elsewhere
-    # (the CLI, another tab), which a slower poll catches without redrawing the page every second.
-    st.fragment(run_every=1.0 if active else 5.0)(live_panel)(str(run.path), state, smoothing, log_y)
+    # Every 3 s while the run can change: on a 2-core machine each redraw (server and browser) takes CPU
+    # from training: at 1 s the run trained at 0.71x its CLI speed, at 2 s 0.85x, at 3 s 0.99x
+    # (bench/README.md, "The dashboard while it streams a run"). An ended run is only watched for a
+    # resume from elsewhere (the CLI, another tab), which a slower poll catches.
+    st.fragment(run_every=LIVE_REFRESH_S if active else 5.0)(live_panel)(str(run.path), state, smoothing, log_y)

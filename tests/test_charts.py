@@ -54,6 +54,17 @@ def test_figures_keep_zoom_and_explain_empty_charts():
     assert list(charts.lr_figure(df).data[0].y) == [0.01, 0.001]
 
 
+def test_a_live_lr_chart_changes_only_with_the_lr():
+    """Drawn to the planned last step, the figure stays the same while steps arrive at one lr: the browser
+    then skips the redraw (each costs training speed on a small machine)."""
+    rows = [(s, s / 100, "train", 2.0, None, 0.01, 100.0, s / 10) for s in (10, 20, 30)]
+    before = charts.lr_figure(metrics_frame(rows[:2]), until_step=100).to_json()
+    assert charts.lr_figure(metrics_frame(rows), until_step=100).to_json() == before
+    changed = charts.lr_figure(metrics_frame([*rows, (40, 0.4, "train", 2.0, None, 0.001, 100.0, 4.0)]),
+                               until_step=100)
+    assert list(changed.data[0].x) == [10, 40, 100] and list(changed.data[0].y) == [0.01, 0.001, 0.001]
+
+
 def test_probability_and_confusion_figures():
     probs = np.array([0.1, 0.7, 0.2])
     fig = charts.probabilities_figure(probs, ["a", "b", "c"])
