@@ -90,6 +90,26 @@ def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
 
 
+@contextlib.contextmanager
+def browser_page(last_shot: Path, timeout_ms: float):
+    """A Chromium page (VIEWPORT, `timeout_ms` for every wait); its last state is saved to `last_shot`
+    whatever happens, for debugging a failure."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        context = browser.new_context(viewport=VIEWPORT)
+        context.set_default_timeout(timeout_ms)
+        pg = context.new_page()
+        try:
+            yield pg
+        finally:
+            last_shot.parent.mkdir(parents=True, exist_ok=True)
+            pg.screenshot(path=str(last_shot), full_page=True)
+            context.close()
+            browser.close()
+
+
 MAX_SHOT_HEIGHT = 2400
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser_server import CHROMIUM, VIEWPORT, Server, launch_chromium, screenshot, start_server, stop_server
+from browser_server import CHROMIUM, Server, browser_page, screenshot, start_server, stop_server
 from helpers import REPO, finish_cli_training, kill_workers, start_cli_training, wait_for_state
 from PIL import Image
 
@@ -97,18 +97,8 @@ def finished(dashboard) -> Run:
 
 @pytest.fixture(scope="module")
 def page(dashboard):
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        context = browser.new_context(viewport=VIEWPORT)
-        context.set_default_timeout(T)
-        pg = context.new_page()
-        try:
-            yield pg
-        finally:
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            pg.screenshot(path=str(SHOTS / "last-state.png"), full_page=True)  # for debugging a failure
-            context.close()
-            browser.close()
+    with browser_page(SHOTS / "last-state.png", T) as pg:
+        yield pg
 
 
 def progress_step(page) -> int:

@@ -13,7 +13,7 @@ import re
 import signal
 
 import pytest
-from browser_server import CHROMIUM, VIEWPORT, launch_chromium, screenshot, start_server, stop_server
+from browser_server import CHROMIUM, browser_page, screenshot, start_server, stop_server
 from helpers import REPO
 
 from brnn_core.sweep.records import list_sweeps
@@ -66,18 +66,8 @@ def server(tmp_path):
 
 @pytest.fixture
 def page(server):
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        context = browser.new_context(viewport=VIEWPORT)
-        context.set_default_timeout(T)
-        pg = context.new_page()
-        try:
-            yield pg
-        finally:
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            pg.screenshot(path=str(SHOTS / "sweep-last-state.png"), full_page=True)
-            context.close()
-            browser.close()
+    with browser_page(SHOTS / "sweep-last-state.png", T) as pg:
+        yield pg
 
 
 def enter(field, value: str) -> None:
