@@ -104,8 +104,8 @@ def bench_worker(ctx: Context) -> list[Row]:
     cfg = worker_config(ctx)
     first, last, _ = worker_window(cfg, len(x))
     steps = last - first
-    # The bare engine gets the worker's thread count (worker.py: TrainConfig.cpu_threads, all cores but one
-    # by default, unless OMP_NUM_THREADS is set), so that the comparison measures the worker's machinery only.
+    # The bare engine gets the worker's thread count on an idle machine (threads.py: every core by default,
+    # unless cpu_threads or OMP_NUM_THREADS is set), so that the comparison measures the worker's machinery only.
     threads = (cpu_threads(cfg.cpu_threads) if ctx.device.type == "cpu" else None) or torch.get_num_threads()
     spec = {"hidden_size": cfg.hidden_size, "batch_size": cfg.batch_size, "log_interval": cfg.log_interval,
             "threads": threads}
