@@ -150,7 +150,7 @@ def test_ctrl_c_stops_every_trial_with_last_pt(runs_dir, data_dir, tmp_path):
     watch = Descendants(proc.pid)
     watch.start()
     wait_until(lambda: any(epochs_done(runs_dir)), "a first epoch", proc, log)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group, Ray's processes too
     code, out = finish(proc, log)
     watch.done.set()
     assert code == 0, out
