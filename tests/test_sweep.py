@@ -196,10 +196,14 @@ def test_resume_an_interrupted_sweep(runs_dir, data_dir, tmp_path):
     log = tmp_path / "sweep.log"
     proc = start_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.003", "--concurrency", "2"],
                        runs_dir, data_dir, log)
+    first = Descendants(proc.pid)
+    first.start()
     wait_until(lambda: epochs_done(runs_dir).count(0) == 0 and len(epochs_done(runs_dir)) == 2,
                "both trials to end an epoch", proc, log)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
+    first.done.set()
+    no_ray_left(first)  # the killed driver's embedded Ray ends with it (Ray's reaper), nothing is orphaned
     sweep = the_sweep(runs_dir)
     assert sweep.info()["state"] == "interrupted" and "--resume" in sweep.info()["message"]
     poll(lambda: all(r.status()["state"] in ("interrupted", "finished") for r in sweep.trial_runs()), 120,
