@@ -200,3 +200,16 @@ def test_a_pruned_trial_is_not_resumed_from_step_0(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "pruned" in err and f"--from {run.id}:best" in err, err
     assert run.metrics_path.read_bytes() == before
+
+
+def test_a_failure_on_a_cluster_whose_head_is_gone_reads_as_lost(tmp_path):
+    """Whatever Ray's error says, a head that no longer answers makes the sweep resumable (`interrupted`)."""
+    from dataclasses import replace
+
+    from brnn_core.sweep.runner import head_lost
+
+    local = plan(tmp_path, "lr=grid:0.1,0.01")
+    assert head_lost(local, RuntimeError("GCS has gone away"))
+    assert not head_lost(local, ValueError("a bug in a trial"))
+    gone = replace(local, address=f"127.0.0.1:{closed_port()}")
+    assert head_lost(gone, RuntimeError("RaySystemError: something else"))

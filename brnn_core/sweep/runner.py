@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..states import ACTIVE_STATES, State
 from .disk import prune_sweep, prune_tune_checkpoints
-from .plan import SweepPlan, SweepRequest, describe, fit_cluster, local_gpus
+from .plan import SweepPlan, SweepRequest, cluster_address, describe, fit_cluster, local_gpus
 from .records import FORMAT_VERSION, Sweep, best_trial, counts, resolve_sweep, sweeps_dir, trial_number
 from .space import SweepError
 
@@ -169,13 +169,28 @@ def drive(sweep: Sweep, tuner, plan: SweepPlan, printer) -> int:
     except KeyboardInterrupt:
         state, message = State.INTERRUPTED, f"aborted: `python -m brnn_core sweep --resume {sweep.id}` continues it"
     except Exception as exc:  # noqa: BLE001 - the record must say how the sweep ended
-        lost = "connection" in str(exc).lower() or "gcs" in str(exc).lower()
+        lost = head_lost(plan, exc)
         state = State.INTERRUPTED if lost else State.FAILED
         message = f"{type(exc).__name__}: {exc}" + (f"; `sweep --resume {sweep.id}` continues it" if lost else "")
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return finish(sweep, plan, state, message, printer)
+
+
+def head_lost(plan: SweepPlan, exc: Exception) -> bool:
+    """True when Tune failed because Ray went away (the sweep can be resumed), not because of the sweep itself:
+    Ray's error says so, or, on a cluster, its head no longer answers at its address."""
+    text = str(exc).lower()
+    if "connection" in text or "gcs" in text:
+        return True
+    if plan.address is None:
+        return False
+    try:
+        cluster_address(plan.address)
+    except SweepError:
+        return True
+    return False
 
 
 def finish(sweep: Sweep, plan: SweepPlan, state: str, message: str, printer) -> int:
