@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- train
 def cmd_train(args) -> int:
     from .jobs import new_run_config
-    from .runs import Run, create_run, default_runs_dir, resolve_run
+    from .runs import Run, create_run, default_runs_dir, last_pt_pruned, resolve_run
     from .worker import run_training
 
     data_dir = args.data_dir or default_data_dir()
@@ -118,7 +118,7 @@ def cmd_train(args) -> int:
         # jobs.spawn_worker records the new worker's pid before it gets here: that live pid is us, not a rival.
         if state in ACTIVE_STATES and status.get("pid") != os.getpid():
             raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
-        if not run.last_ckpt.is_file() and (status.get("pruned") or {}).get("last.pt"):  # resuming would restart it
+        if not run.last_ckpt.is_file() and last_pt_pruned(status):  # resuming would restart it from step 0
             raise BadInput(f"run {run.id}'s last.pt was pruned by its sweep to save disk, so it cannot be resumed "
                            f"(it would start again from step 0); branch from its best.pt instead: "
                            f"python -m brnn_core train --from {run.id}:best")

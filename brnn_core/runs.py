@@ -173,6 +173,11 @@ def true_status(status: dict) -> dict:
     return status
 
 
+def last_pt_pruned(status: dict) -> bool:
+    """True when a sweep removed this run's last.pt to save disk (sweep/disk.py records it in status.json)."""
+    return bool((status.get("pruned") or {}).get("last.pt"))
+
+
 def worker_alive(status: dict) -> bool:
     """True while the process named in status.json is the live worker of this run."""
     pid = status.get("pid")
@@ -257,11 +262,11 @@ def summary(run: Run) -> dict:
     return summary_row(run.id, run.config(), run.status(), val_summary(read_complete_lines(run.metrics_path)[0]))
 
 
-def runs_table(runs_dir: Path, index=None) -> pd.DataFrame:
-    """Every run's summary row, newest first; pass a `run_index.RunIndex` to re-read only what changed."""
+def runs_table(runs_dir: Path) -> pd.DataFrame:
+    """Every run's summary row, newest first, read afresh (the pages keep a `run_index.RunIndex` instead)."""
     from .run_index import RunIndex
 
-    return (index or RunIndex(runs_dir)).table()
+    return RunIndex(runs_dir).table()
 
 
 @dataclass
@@ -302,9 +307,9 @@ class CheckpointChoice:
     val_acc: float | None  # validation accuracy when it was saved (None before the first epoch ended)
 
 
-def checkpoint_choices(runs_dir: Path, index=None) -> list[CheckpointChoice]:
-    """Every run's best.pt and last.pt, highest validation accuracy first (best.pt before last.pt on a tie);
-    pass a `run_index.RunIndex` to re-read only what changed."""
+def checkpoint_choices(runs_dir: Path) -> list[CheckpointChoice]:
+    """Every run's best.pt and last.pt, highest validation accuracy first (best.pt before last.pt on a tie),
+    read afresh (the pages keep a `run_index.RunIndex` instead)."""
     from .run_index import RunIndex
 
-    return (index or RunIndex(runs_dir)).checkpoint_choices()
+    return RunIndex(runs_dir).checkpoint_choices()

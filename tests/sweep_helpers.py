@@ -43,6 +43,13 @@ class Descendants(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.seen, self.done = pid, {}, threading.Event()
 
+    @classmethod
+    def watching(cls, pid: int) -> Descendants:
+        """A watcher already recording below `pid`."""
+        watch = cls(pid)
+        watch.start()
+        return watch
+
     def run(self) -> None:
         try:
             root = psutil.Process(self.pid)
@@ -76,8 +83,7 @@ def finish(proc: subprocess.Popen, log: Path, timeout: float = SWEEP_TIMEOUT) ->
 def run_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path) -> tuple[int, str, Descendants]:
     """Run a sweep to its end; returns (exit code, output, the Ray processes it had)."""
     proc = start_sweep(args, runs_dir, data_dir, log)
-    watch = Descendants(proc.pid)
-    watch.start()
+    watch = Descendants.watching(proc.pid)
     code, out = finish(proc, log)
     watch.done.set()
     return code, out, watch

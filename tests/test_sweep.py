@@ -147,8 +147,7 @@ def test_ctrl_c_stops_every_trial_with_last_pt(runs_dir, data_dir, tmp_path):
     log = tmp_path / "sweep.log"
     proc = start_sweep([*TINY, "--set", "epochs=6", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
                        runs_dir, data_dir, log)
-    watch = Descendants(proc.pid)
-    watch.start()
+    watch = Descendants.watching(proc.pid)
     wait_until(lambda: any(epochs_done(runs_dir)), "a first epoch", proc, log)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group, Ray's processes too
     code, out = finish(proc, log)
@@ -196,8 +195,7 @@ def test_resume_an_interrupted_sweep(runs_dir, data_dir, tmp_path):
     log = tmp_path / "sweep.log"
     proc = start_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.003", "--concurrency", "2"],
                        runs_dir, data_dir, log)
-    first = Descendants(proc.pid)
-    first.start()
+    first = Descendants.watching(proc.pid)
     wait_until(lambda: epochs_done(runs_dir).count(0) == 0 and len(epochs_done(runs_dir)) == 2,
                "both trials to end an epoch", proc, log)
     os.kill(proc.pid, signal.SIGKILL)

@@ -70,12 +70,11 @@ def cmd_sweep(args) -> int:
                 raise SweepError(f"--resume continues a sweep as it was planned (its sweep.json): drop "
                                  f"{', '.join(given)}")
             return resume_sweep(args.resume, runs_dir, printer)
-        if args.keep_best < 0:
-            raise SweepError(f"--keep-best {args.keep_best}: 0 or more")
-        plan = plan_sweep(request_from(args), runs_dir, data_dir)
+        request = request_from(args)
+        plan = plan_sweep(request, runs_dir, data_dir)
         for dataset in plan.datasets():  # a missing download fails here, before Ray starts (and once, not per trial)
             ensure_dataset(dataset, data_dir)
-        return run_sweep(plan, request_from(args), runs_dir, data_dir, printer)
+        return run_sweep(plan, request, runs_dir, data_dir, printer)
     except (SweepError, RunError) as exc:
         raise BadInput(str(exc)) from None
 

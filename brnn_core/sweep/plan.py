@@ -107,6 +107,8 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
     samples = request.trials if request.trials is not None else default_samples(specs)
     if samples < 1:
         raise SweepError(f"--trials {samples}: at least 1")
+    if request.keep_best < 0:
+        raise SweepError(f"--keep-best {request.keep_best}: 0 or more")
     total = trial_count(specs, samples)
     interval = check_schedule(request, cfg, total)
     address = cluster_address(request.address)

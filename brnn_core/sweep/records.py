@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from ..fileio import append_line, atomic_write_json, read_complete_lines, read_json
-from ..runs import Run, RunError, now_iso, validate_run_id, worker_alive
+from ..runs import Run, RunError, last_pt_pruned, now_iso, validate_run_id, worker_alive
 from ..states import ACTIVE_STATES, State
 from .space import SearchSpec
 
@@ -119,10 +119,6 @@ class Sweep:
         append_line(self.events_path, json.dumps({"time": now_iso(), "kind": kind, "message": message, **extra},
                                                  default=str))
 
-    def events(self) -> list[dict]:
-        lines, _ = read_complete_lines(self.events_path)
-        return [json.loads(line) for line in lines if line.startswith("{")]
-
     def request_stop(self, source: str = "user") -> None:
         """Ask the driver to stop every trial (each saves last.pt) and start no new one."""
         append_line(self.control_path, json.dumps({"cmd": "stop", "time": now_iso(), "source": source}))
@@ -196,15 +192,6 @@ def score(run: Run, metric: str) -> TrialScore:
     return TrialScore(float(row[column]), float(row["epoch"]), float(val[column].iloc[-1]), int(val["epoch"].max()))
 
 
-def better(a: float | None, b: float | None, metric: str) -> bool:
-    """True when score `a` beats `b` (None loses to anything)."""
-    if a is None:
-        return False
-    if b is None:
-        return True
-    return a < b if METRICS[metric][1] == "min" else a > b
-
-
 def ranked(runs: list[Run], metric: str) -> list[tuple[Run, TrialScore]]:
     """Trials with a score, best first."""
     scored = [(r, score(r, metric)) for r in runs]
@@ -249,7 +236,7 @@ def trials_table(sweep: Sweep) -> pd.DataFrame:
 def last_pt_label(run: Run, status: dict) -> str:
     if run.last_ckpt.is_file():
         return "kept"
-    return "pruned" if (status.get("pruned") or {}).get("last.pt") else "none"
+    return "pruned" if last_pt_pruned(status) else "none"
 
 
 def metric_curves(sweep: Sweep) -> dict[str, pd.DataFrame]:

@@ -22,7 +22,7 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import LIVE_FIELDS, TrainConfig
@@ -54,7 +54,6 @@ class TrialSetup:
     checkpoint_every: int = 0  # epochs between Tune checkpoints (PBT needs them to copy weights); 0: never
     driver_pid: int = 0
     driver_started: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def train_trial(config: dict, setup: TrialSetup) -> None:
