@@ -38,10 +38,12 @@ class LossScaler(torch.amp.GradScaler):
             self._skipped = dropped if self._skipped is None else self._skipped + dropped
 
     def skipped_steps(self) -> int:
-        """Steps skipped so far, over the whole run (a host sync: call it when logging, not every step)."""
+        """Steps skipped so far, over the whole run (a host sync: call it when logging, not every step). Read
+        again at the same step (the engine's check, the recorder's status and event), it is the last read's."""
+        if self._history and self._history[-1][0] == self.steps:
+            return self._history[-1][1]  # update() has not run since: the count cannot have changed
         skipped = self._skipped0 + (int(self._skipped.item()) if self._skipped is not None else 0)
-        if not self._history or self._history[-1][0] != self.steps:
-            self._history.append((self.steps, skipped))
+        self._history.append((self.steps, skipped))
         return skipped
 
     def recent(self, window: int = STUCK_WINDOW) -> tuple[int, int]:

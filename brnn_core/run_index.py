@@ -235,9 +235,6 @@ class RunIndex:
                 self._memo[name] = (generation, result)
         return result
 
-    def runs(self) -> list[Run]:
-        return [Run(self.runs_dir / name) for name, _ in self.refresh()]
-
     def statuses(self) -> dict[str, dict]:
         """run id -> its true status (an active run whose worker is gone reads `interrupted`), newest first."""
         return {name: true_status(dict(entry.raw_status)) for name, entry in self.refresh()}

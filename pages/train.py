@@ -22,7 +22,7 @@ from brnn_core.progress import progress_text
 from brnn_core.runs import Run, RunError
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
 from ui.branch import branch_form
-from ui.common import flash, folders, registry, run_picker, select_run, show_flashes, state_label
+from ui.common import flash, folders, memo, registry, run_picker, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
@@ -228,16 +228,11 @@ def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, total_
     """Rebuild the four figures only when metrics.csv grew or a chart option changed. Only the training-loss
     figure changes with every log: the epoch charts change at epoch ends, the lr chart (drawn to the planned
     last step) when the lr changes, so the browser redraws one chart per refresh, not four."""
-    key = (live_run.id, len(metrics), smoothing, log_y, total_steps)
-    cache = st.session_state.get("_figures")
-    if cache is None or cache[0] != key:
-        rev = live_run.id  # uirevision: the user's zoom survives redraws of the same run
-        figures = [charts.train_loss_figure(metrics, smoothing=smoothing, log_y=log_y, revision=rev),
-                   charts.epoch_loss_figure(metrics, revision=rev), charts.accuracy_figure(metrics, revision=rev),
-                   charts.lr_figure(metrics, revision=rev, until_step=total_steps)]
-        cache = (key, figures)
-        st.session_state["_figures"] = cache
-    return cache[1]
+    rev = live_run.id  # uirevision: the user's zoom survives redraws of the same run
+    return memo("figures", (live_run.id, len(metrics), smoothing, log_y, total_steps), lambda: [
+        charts.train_loss_figure(metrics, smoothing=smoothing, log_y=log_y, revision=rev),
+        charts.epoch_loss_figure(metrics, revision=rev), charts.accuracy_figure(metrics, revision=rev),
+        charts.lr_figure(metrics, revision=rev, until_step=total_steps)])
 
 
 def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool) -> None:
