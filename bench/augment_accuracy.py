@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from brnn_core.runs import Run, list_runs  # noqa: E402
+from brnn_core.runs.rundir import Run, list_runs  # noqa: E402
 
 KEYS = ("dataset", "epochs", "seed", "augment")
 

@@ -26,11 +26,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from brnn_core.augment import LEVELS, Augmenter, augment_batch, step_generator  # noqa: E402
-from brnn_core.config import TrainConfig, resolve_device  # noqa: E402
-from brnn_core.data import batches, epoch_order, load_dataset, to_input  # noqa: E402
-from brnn_core.engine import make_optimizer, train_one_epoch  # noqa: E402
+from brnn_core.config import TrainConfig  # noqa: E402
+from brnn_core.data.augment import LEVELS, Augmenter, augment_batch, step_generator  # noqa: E402
+from brnn_core.data.batching import batches, epoch_order, to_input  # noqa: E402
+from brnn_core.data.loading import load_dataset  # noqa: E402
+from brnn_core.devices import resolve_device  # noqa: E402
 from brnn_core.model import BiLSTM, ModelConfig  # noqa: E402
+from brnn_core.training.engine import make_optimizer, train_one_epoch  # noqa: E402
 
 
 def sync(device: torch.device) -> None:

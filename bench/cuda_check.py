@@ -68,7 +68,8 @@ class Bench:
         self.epochs = 1 if self.quick else 2
 
     def _load_data(self):
-        from brnn_core.data import DatasetError, load_dataset
+        from brnn_core.data.datasets import DatasetError
+        from brnn_core.data.loading import load_dataset
 
         name = "mnist-sample" if self.quick else "fashion-mnist"
         try:
@@ -145,8 +146,8 @@ def engine_sequence(device, x, y) -> bool:
 
     import torch
 
-    from brnn_core.engine import evaluate, make_optimizer, train_one_epoch
     from brnn_core.model import BiLSTM, ModelConfig
+    from brnn_core.training.engine import evaluate, make_optimizer, train_one_epoch
 
     torch.manual_seed(0)
     model = BiLSTM(ModelConfig()).to(device)
@@ -198,9 +199,8 @@ def check_speed(b: Bench) -> None:
 def brnn_run(b: Bench, seed: int, amp: str = "off", threads: int | None = None) -> dict:
     """A real run through worker.run_training; its test accuracy, samples/s and fp16 skipped steps."""
     from brnn_core.config import TrainConfig
-    from brnn_core.jobs import new_run_config
-    from brnn_core.runs import create_run
-    from brnn_core.worker import run_training
+    from brnn_core.runs.rundir import create_run, new_run_config
+    from brnn_core.training.worker import run_training
 
     cfg = TrainConfig(dataset=b.dataset, epochs=b.epochs, device=str(b.device), seed=seed, amp=amp,
                       **({"hidden_size": 32} if b.quick else {})).validate()
@@ -252,7 +252,7 @@ def check_accuracy(b: Bench) -> None:
 def amp_modes(b: Bench) -> list[str]:
     import torch
 
-    from brnn_core.config import cpu_has_bf16
+    from brnn_core.devices import cpu_has_bf16
 
     if b.device.type == "cuda":
         return ["off", "bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["off", "fp16"]
@@ -289,7 +289,7 @@ def check_amp(b: Bench) -> None:
 def check_picker(b: Bench) -> None:
     from streamlit.testing.v1 import AppTest
 
-    from brnn_core.config import device_choices
+    from brnn_core.devices import device_choices
 
     os.environ["BRNN_RUNS_DIR"] = str(b.tmp / "picker-runs")
     os.environ["BRNN_DATA_DIR"] = str(b.data_dir)
@@ -310,7 +310,7 @@ def check_picker(b: Bench) -> None:
 # ------------------------------------------------------------------ several trials on one GPU
 def cli_runs(b: Bench, n: int, tag: str) -> list[float]:
     """n `python -m brnn_core train` processes started together; each run's median logged samples/s."""
-    from brnn_core.runs import list_runs
+    from brnn_core.runs.rundir import list_runs
 
     runs_dir = b.tmp / f"trials-{tag}"
     sets = [f"dataset={b.dataset or 'mnist-sample'}", "epochs=1", f"device={b.device}"]
@@ -358,7 +358,7 @@ def check_sweep(b: Bench, k: int) -> None:
     wall = time.perf_counter() - t0
     if proc.returncode:
         raise RuntimeError(f"sweep failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-800:]}")
-    from brnn_core.runs import list_runs
+    from brnn_core.runs.rundir import list_runs
 
     rates = []
     for run in list_runs(runs_dir):
@@ -373,8 +373,8 @@ CHECKS = {"crash": check_crash, "speed": check_speed, "accuracy": check_accuracy
 
 
 def write(b: Bench, started: float) -> list[Path]:
+    from brnn_core.benchmarks.machine import machine_info
     from brnn_core.benchmarks.results import clean_rows, format_table, write_results
-    from brnn_core.machine import machine_info
 
     meta = machine_info(b.device)
     meta.update(check="bench-gpu", quick=b.quick, data=b.data_note or str(b.data_dir), seeds=b.args.seeds,

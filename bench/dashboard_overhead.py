@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the browser harness the browser tests
 
 from browser_server import CHROMIUM, VIEWPORT, launch_chromium, start_server, stop_server  # noqa: E402
 
-from brnn_core.runs import Run, list_runs  # noqa: E402
+from brnn_core.runs.rundir import Run, list_runs  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "dashboard_overhead.json"
 DATASET = "mnist-sample"

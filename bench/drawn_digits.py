@@ -96,7 +96,7 @@ def render(digit: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def bench_digits() -> tuple[np.ndarray, np.ndarray]:
     """mnist-sample's 500 test digits and labels, checked to share no image with its train split."""
-    from brnn_core.data import load_dataset
+    from brnn_core.data.loading import load_dataset
 
     ds = load_dataset("mnist-sample")
     train = {hashlib.sha1(img.tobytes()).digest() for img in ds.train_x.numpy()}
@@ -113,7 +113,7 @@ def drawn_set(digits: np.ndarray, seed: int) -> list[np.ndarray]:
 
 def score(ckpt: Path, canvases: list[np.ndarray], labels: np.ndarray) -> dict:
     """Accuracy of `Predictor.predict` on the canvases, overall and per class."""
-    from brnn_core.inference import Predictor
+    from brnn_core.inference.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(ckpt)
     pred = np.array([int(np.argmax(predictor.predict(c))) for c in canvases])

@@ -30,13 +30,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 from heads import train_one  # noqa: E402
 
-from brnn_core.allocator import tune_malloc  # noqa: E402
+from brnn_core.benchmarks.machine import cpu_model  # noqa: E402
 from brnn_core.checkpoint import load_checkpoint  # noqa: E402
 from brnn_core.config import TrainConfig  # noqa: E402
-from brnn_core.data import load_dataset  # noqa: E402
-from brnn_core.engine import evaluate  # noqa: E402
-from brnn_core.machine import cpu_model  # noqa: E402
-from brnn_core.runs import Run  # noqa: E402
+from brnn_core.data.loading import load_dataset  # noqa: E402
+from brnn_core.runs.rundir import Run  # noqa: E402
+from brnn_core.training.allocator import tune_malloc  # noqa: E402
+from brnn_core.training.engine import evaluate  # noqa: E402
 
 PLAN = [("fashion-mnist", 2, (0, 1)), ("mnist-sample", 5, (0, 1, 2))]  # (dataset, epochs, seeds), head bidir
 

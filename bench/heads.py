@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from brnn_core.machine import cpu_model  # noqa: E402
-from brnn_core.runs import Run, list_runs  # noqa: E402
+from brnn_core.benchmarks.machine import cpu_model  # noqa: E402
+from brnn_core.runs.rundir import Run, list_runs  # noqa: E402
 
 HEADS = ("bidir", "last")
 PLAN = [  # (dataset, epochs, seeds)

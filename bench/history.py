@@ -8,7 +8,7 @@ under new run ids until the folder holds N runs (hard links: 5,000 runs cost no 
 times, in this process:
 
   runs_table, uncached   brnn_core.runs.runs_table(runs_dir): every run read from disk
-  RunIndex cold / warm   the dashboard's index (brnn_core.run_index): its first table, then a rerun's
+  RunIndex cold / warm   the dashboard's index (brnn_core.runs.index): its first table, then a rerun's
   checkpoints, warm      RunIndex.checkpoint_choices (the Predict page's picker)
   <page> first render    AppTest of the page with Streamlit's caches cleared (a new server process,
                          modules already imported), server time only (no browser)
@@ -44,12 +44,11 @@ def build_template(root: Path) -> Path:
 
     from brnn_core.checkpoint import save_checkpoint
     from brnn_core.config import TrainConfig
-    from brnn_core.data import load_dataset
-    from brnn_core.engine import evaluate
-    from brnn_core.jobs import new_run_config
+    from brnn_core.data.loading import load_dataset
     from brnn_core.model import BiLSTM, ModelConfig
-    from brnn_core.reports import write_report
-    from brnn_core.runs import create_run
+    from brnn_core.runs.rundir import create_run, new_run_config
+    from brnn_core.training.engine import evaluate
+    from brnn_core.training.reports import write_report
 
     cfg = TrainConfig(dataset="mnist-sample", device="cpu")
     run = create_run(root, new_run_config(cfg, root), run_id="template")
@@ -100,11 +99,11 @@ def median_time(fn, n: int) -> float:
 
 
 def time_core(runs_dir: Path, reruns: int) -> dict[str, float]:
-    from brnn_core.runs import runs_table
+    from brnn_core.runs.index import runs_table
 
     out = {"runs_table, uncached": median_time(lambda: runs_table(runs_dir), 1)}
     try:
-        from brnn_core.run_index import RunIndex
+        from brnn_core.runs.index import RunIndex
     except ImportError:  # an older checkout (--source) has no index
         return out
     index = RunIndex(runs_dir)
@@ -135,7 +134,8 @@ def time_stroke(runs_dir: Path) -> float:
     """The Predict page's per-stroke work (its fragment's body) on the default model."""
     from brnn_core import charts
     from brnn_core.benchmarks.bench_predict import synthetic_canvas
-    from brnn_core.inference import Predictor, prepare
+    from brnn_core.data.canvas import prepare
+    from brnn_core.inference.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(next(runs_dir.iterdir()) / "checkpoints" / "best.pt")
     canvas = synthetic_canvas()

@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
 
-from brnn_core.runs import ACTIVE_STATES, list_runs  # noqa: E402
+from brnn_core.runs.rundir import list_runs  # noqa: E402
+from brnn_core.states import ACTIVE_STATES  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

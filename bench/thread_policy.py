@@ -54,9 +54,10 @@ LOADS = ("none", "spinner", "bursty", "twin")
 CHILD = r"""
 import json, sys, time, torch
 sys.path.insert(0, sys.argv[1])
-from brnn_core.allocator import tune_malloc
+from brnn_core.training.allocator import tune_malloc
 from brnn_core.benchmarks.sides import EngineTrainer
-from brnn_core.data import DatasetError, load_dataset
+from brnn_core.data.datasets import DatasetError
+from brnn_core.data.loading import load_dataset
 tune_malloc()
 torch.set_num_threads(int(sys.argv[2]))
 try:

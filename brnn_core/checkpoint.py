@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from .fileio import atomic_write
-from .model import BiLSTM, ModelConfig
+from brnn_core.fileio import atomic_write
+from brnn_core.model import BiLSTM, ModelConfig
 
 FORMAT = "brnn-checkpoint"
 FORMAT_VERSION = 1

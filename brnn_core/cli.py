@@ -11,11 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-from .checkpoint import CheckpointError
-from .config import AMP_MODES, LIVE_FIELDS, ConfigError, TrainConfig, parse_set
-from .data import DatasetError, default_data_dir
-from .progress import eta_seconds, format_eta
-from .states import ACTIVE_STATES, State
+from brnn_core.checkpoint import CheckpointError
+from brnn_core.config import AMP_MODES, LIVE_FIELDS, ConfigError, TrainConfig, load_train_config, parse_set
+from brnn_core.data.datasets import DatasetError, default_data_dir
+from brnn_core.runs.progress import eta_seconds, format_eta
+from brnn_core.runs.rundir import RunError
+from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.sweep.space import SweepError
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (BadInput, ConfigError, CheckpointError, DatasetError) as exc:
+    except (BadInput, ConfigError, CheckpointError, DatasetError, RunError, SweepError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -82,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--top", type=int, default=3)
     pr.set_defaults(func=cmd_predict)
 
-    from .sweep.cli import add_parser as add_sweep_parser
+    from brnn_core.sweep.cli import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
 
@@ -94,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------- train
 def cmd_train(args) -> int:
-    from .jobs import new_run_config
-    from .runs import Run, create_run, default_runs_dir, last_pt_pruned, resolve_run
-    from .worker import run_training
+    # torch and the data loaders load only for the commands that use them: `--help` and `sweep` start fast
+    from brnn_core.data.loading import ensure_dataset
+    from brnn_core.runs.rundir import Run, create_run, default_runs_dir, last_pt_pruned, new_run_config, resolve_run
+    from brnn_core.training.worker import run_training
 
     data_dir = args.data_dir or default_data_dir()
     runs_dir = args.runs_dir or default_runs_dir()
@@ -130,7 +133,7 @@ def cmd_train(args) -> int:
         if args.config or args.set:
             raise BadInput(f"{args.run_dir} already holds a run; drop --config/--set")
     else:
-        cfg = load_train_config(args, data_dir)
+        cfg = load_train_config(args.config, args.set, data_dir)
         ensure_dataset(cfg.dataset, data_dir)  # offline and missing: exit 2 before any run is created
         if args.run_dir:
             run = create_run(args.run_dir.parent, new_run_config(cfg, data_dir), run_id=args.run_dir.name)
@@ -146,8 +149,8 @@ def cmd_train(args) -> int:
 
 def branch_from_args(args, runs_dir: Path, data_dir: Path):
     """`train --from RUN[:last|:best]`: check the branch, fetch its dataset, then create it (not started)."""
-    from .branch import create_planned, parse_from, plan_branch
-    from .runs import RunError
+    from brnn_core.data.loading import ensure_dataset  # torch: only when a branch is made
+    from brnn_core.runs.branch import create_planned, parse_from, plan_branch
 
     if args.resume or args.config or args.run_dir:
         raise BadInput("--from makes a new run from RUN's checkpoint: it cannot be combined with --resume, --config "
@@ -162,29 +165,6 @@ def branch_from_args(args, runs_dir: Path, data_dir: Path):
     print(f"branch of {plan.parent.id} from its {kind}.pt (epoch {plan.checkpoint.epoch}, "
           f"step {plan.checkpoint.step})", flush=True)
     return run
-
-
-def ensure_dataset(name: str, data_dir: Path) -> None:
-    """Download a missing IDX dataset now, with progress, so a failed download creates no run."""
-    from .data import DATASETS, download_dataset, find_files
-
-    if DATASETS[name].download_mb and find_files(name, data_dir) is None:
-        print(f"{name} is not in {data_dir}: downloading {DATASETS[name].download_mb:.0f} MB", flush=True)
-        download_dataset(name, data_dir)  # torchvision draws a progress bar per file on stderr
-
-
-def load_train_config(args, data_dir: Path, *, check_device: bool = True) -> TrainConfig:
-    """--config, then --set on top; the dataset defaults to full MNIST when it is on disk (sweep reuses this)."""
-    values: dict = {}
-    if args.config:
-        values.update(TrainConfig.from_file(args.config, check_device=False).to_dict())
-    overrides = parse_set(args.set)
-    if "dataset" not in values and "dataset" not in overrides:
-        from .data import default_dataset
-
-        values["dataset"] = default_dataset(data_dir)
-    values.update(overrides)
-    return TrainConfig.from_dict(values, check_device=check_device)
 
 
 class ProgressPrinter:
@@ -217,10 +197,11 @@ class ProgressPrinter:
 
 # ---------------------------------------------------------------- evaluate / predict
 def cmd_evaluate(args) -> int:
-    from .checkpoint import check_state_matches, load_checkpoint
-    from .config import amp_problem, device_problem, resolve_device
-    from .data import DATASETS, load_dataset
-    from .engine import evaluate
+    from brnn_core.checkpoint import check_state_matches, load_checkpoint
+    from brnn_core.data.datasets import DATASETS
+    from brnn_core.data.loading import load_dataset
+    from brnn_core.devices import amp_problem, device_problem, resolve_device
+    from brnn_core.training.engine import evaluate
 
     if args.dataset not in DATASETS:
         raise BadInput(f"unknown dataset {args.dataset!r}; choose one of {', '.join(DATASETS)}")
@@ -259,7 +240,8 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from .inference import Predictor, load_image
+    from brnn_core.data.canvas import load_image
+    from brnn_core.inference.predictor import Predictor
 
     if args.top < 1:
         raise BadInput("--top must be at least 1")
@@ -279,6 +261,6 @@ def cmd_predict(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .benchmarks import main as bench_main
+    from brnn_core.benchmarks import main as bench_main
 
     return bench_main(args.rest)

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from brnn_core.data.datasets import default_dataset
+from brnn_core.devices import amp_problem, device_problem
+
 DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample", "kmnist")
 HEADS = ("bidir", "last")
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -224,99 +227,6 @@ def resolve_augment(level: str, dataset: str) -> str:
     return AUGMENT_AUTO.get(dataset, "off") if level == "auto" else level
 
 
-def device_problem(spec: str, *, check_available: bool = True) -> str | None:
-    """Why `spec` cannot be used as a device here, or None if it can."""
-    import torch
-
-    spec = spec.strip().lower()
-    if spec in ("auto", "cpu"):
-        return None
-    if spec == "mps":
-        if check_available and not mps_available():
-            return "mps (Apple GPU) is not available on this machine; use auto or cpu"
-        return None
-    if spec == "cuda" or spec.startswith("cuda:"):
-        index = spec.partition(":")[2]
-        if index and not index.isdigit():
-            return f"{spec!r}: the GPU index must be a number, as in cuda:0"
-        if check_available:
-            if not torch.cuda.is_available():
-                return "CUDA is not available on this machine (no NVIDIA GPU or driver); use auto or cpu"
-            count = torch.cuda.device_count()
-            if index and int(index) >= count:
-                return f"{spec!r}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
-        return None
-    return f"{spec!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
-
-
-def mps_available() -> bool:
-    """True on a Mac whose torch build can use the Apple GPU."""
-    import torch
-
-    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
-
-
-def device_choices() -> dict[str, str]:
-    """Every device this machine offers, as spec -> label (the dashboard's picker, the GPU bench)."""
-    import torch
-
-    options = {"auto": "auto (GPU if there is one)", "cpu": "cpu"}
-    for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        options[f"cuda:{i}"] = f"cuda:{i}: {props.name}, {props.total_memory / 2**30:.0f} GiB"
-    if mps_available():
-        options["mps"] = "mps (Apple GPU)"
-    return options
-
-
-def amp_problem(amp: str, device_spec: str, *, check_available: bool = True) -> str | None:
-    """Why mixed precision `amp` cannot run on `device_spec` here, or None if it can."""
-    device = str(device_spec).strip().lower()
-    if amp == "fp16":
-        if not device.startswith(("cuda", "auto")):
-            return "fp16 needs a CUDA device; use bf16 or off on CPU"
-        if device == "auto" and check_available and resolve_device("auto").type != "cuda":
-            return "fp16 needs a CUDA device and this machine has none (auto means the CPU); use bf16 or off"
-    if amp == "bf16" and check_available and resolve_device(device).type == "cpu" and not cpu_has_bf16():
-        return ("bf16 on the CPU needs native bf16 instructions (AVX512-BF16 or AMX), which this CPU lacks: "
-                "oneDNN's LSTM refuses it; use off")
-    return None
-
-
-def cpu_has_bf16() -> bool:
-    """True when oneDNN can run bf16 kernels on this CPU (its LSTM has no fallback without them)."""
-    import torch
-
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
-def cpu_threads(requested: int) -> int | None:
-    """Threads a CPU training process starts with on an otherwise idle machine: `requested`, or every core;
-    None keeps an explicit OMP_NUM_THREADS (the policy, and how it shares with other runs: threads.py)."""
-    import os
-
-    from .threads import plan_threads
-
-    return plan_threads(requested, cores=os.cpu_count() or 1, others=[], env=os.environ).threads
-
-
-def resolve_device(spec: str):
-    """Turn a validated device spec into a torch.device (auto: CUDA, then MPS, then CPU)."""
-    import torch
-
-    spec = spec.strip().lower()
-    if spec == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if mps_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    problem = device_problem(spec)
-    if problem:
-        raise ConfigError({"device": problem})
-    return torch.device(spec)
-
-
 def parse_set(pairs: list[str]) -> dict[str, str]:
     """Parse `--set key=value` pairs; a pair without '=' is reported as a config error."""
     out: dict[str, str] = {}
@@ -331,3 +241,17 @@ def parse_set(pairs: list[str]) -> dict[str, str]:
     if bad:
         raise ConfigError(bad)
     return out
+
+
+def load_train_config(config_file: str | Path | None, sets: list[str], data_dir: Path, *,
+                      check_device: bool = True) -> TrainConfig:
+    """`--config FILE`, then `--set KEY=VALUE` pairs on top, as `train` and `sweep` read them; the dataset
+    defaults to full MNIST when it is on disk in `data_dir`, else the offline sample."""
+    values: dict = {}
+    if config_file:
+        values.update(TrainConfig.from_file(config_file, check_device=False).to_dict())
+    overrides = parse_set(sets)
+    if "dataset" not in values and "dataset" not in overrides:
+        values["dataset"] = default_dataset(data_dir)
+    values.update(overrides)
+    return TrainConfig.from_dict(values, check_device=check_device)

@@ -6,6 +6,8 @@ match the blog script, so its bare `model.ckpt` state_dict loads into this class
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -54,3 +56,16 @@ class BiLSTM(nn.Module):
             # forward state after the last row + backward state after the first row: both full passes
             feat = torch.cat([at_end[:, :h], out[:, 0, h:]], dim=1)  # (B, 2H)
         return self.fc(feat)  # (B, num_classes)
+
+
+# The blog's bug was a model left in eval mode after validating; every switch goes through here and is undone
+# on exit, so no caller can leave a model in the wrong mode.
+@contextlib.contextmanager
+def mode(model: nn.Module, training: bool) -> Iterator[nn.Module]:
+    """Put `model` in training or eval mode for the block, then restore its previous mode."""
+    previous = model.training
+    model.train(training)
+    try:
+        yield model
+    finally:
+        model.train(previous)

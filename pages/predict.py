@@ -11,9 +11,10 @@ from streamlit_drawable_canvas import st_canvas
 
 from brnn_core import charts
 from brnn_core.checkpoint import CheckpointError
-from brnn_core.drawings import DrawingError, delete_drawing, save_drawing
-from brnn_core.inference import Predictor, prepare
-from brnn_core.uploads import UploadError, save_upload
+from brnn_core.data.canvas import prepare
+from brnn_core.data.drawings import DrawingError, delete_drawing, save_drawing
+from brnn_core.inference.predictor import Predictor
+from brnn_core.inference.uploads import UploadError, save_upload
 from ui import drawings as my
 from ui.common import flash, folders, run_index, short_id, show_flashes
 from ui.navigation import ensure_navigation

@@ -9,13 +9,14 @@ import streamlit as st
 from PIL import Image
 
 from brnn_core import charts
-from brnn_core.branch import branch_points, with_parents
-from brnn_core.data import DatasetError, load_dataset
-from brnn_core.drawings import MIN_FOR_ACCURACY
-from brnn_core.finetune import summary_line
-from brnn_core.reports import compute_report, read_report
-from brnn_core.runs import Run, RunError, delete_run
+from brnn_core.data.datasets import DatasetError
+from brnn_core.data.drawings import MIN_FOR_ACCURACY
+from brnn_core.data.loading import load_dataset
+from brnn_core.runs.branch import branch_points, with_parents
+from brnn_core.runs.rundir import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
+from brnn_core.training.drawing_mix import summary_line
+from brnn_core.training.reports import compute_report, read_report
 from ui import drawings as my
 from ui.branch import branch_form
 from ui.common import flash, folders, memo, run_index, select_run, show_flashes, state_label

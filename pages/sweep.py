@@ -8,12 +8,12 @@ import streamlit as st
 import torch
 
 from brnn_core.config import ConfigError, TrainConfig
-from brnn_core.data import DATASETS, default_dataset
-from brnn_core.runs import Run, RunError
+from brnn_core.data.datasets import DATASETS, default_dataset
+from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import State
 from brnn_core.sweep import charts as sweep_charts
-from brnn_core.sweep.launch import SweepRegistry
-from brnn_core.sweep.plan import SCHEDULERS, SweepRequest, describe, plan_sweep
+from brnn_core.sweep.launch import start_sweep
+from brnn_core.sweep.plan import DEFAULT_GPU_SHARE, DEFAULT_KEEP_BEST, SCHEDULERS, SweepRequest, describe, plan_sweep
 from brnn_core.sweep.records import (
     METRICS,
     Sweep,
@@ -24,8 +24,8 @@ from brnn_core.sweep.records import (
     trial_number,
     trials_table,
 )
-from brnn_core.sweep.space import NOT_SEARCHABLE, SweepError, parse_spec
-from ui.common import flash, folders, show_flashes, state_label
+from brnn_core.sweep.space import SEARCHABLE, SPEC_HELP, SUGGESTED_SPECS, SweepError, parse_spec
+from ui.common import flash, folders, registry, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
@@ -38,18 +38,6 @@ show_flashes()
 
 BASE_FIELDS = (("epochs", "Epochs"), ("hidden_size", "Hidden size"), ("num_layers", "LSTM layers"),
                ("batch_size", "Batch size"), ("lr", "Learning rate"))
-DEFAULT_SPECS = {"lr": "loguniform:0.0003:0.03", "hidden_size": "choice:32,64,128", "num_layers": "choice:1,2",
-                 "batch_size": "choice:50,100,200", "dropout": "uniform:0:0.5", "grad_clip": "uniform:0.5:5",
-                 "weight_decay": "loguniform:0.00001:0.01", "optimizer": "choice:adam,adamw,sgd",
-                 "head": "choice:bidir,last", "seed": "randint:0:1000", "momentum": "uniform:0.5:0.99"}
-SPEC_HELP = ("choice:a,b,c (random pick) · grid:a,b,c (every value) · uniform:lo:hi · loguniform:lo:hi · "
-             "randint:lo:hi (both ends included)")
-
-
-@st.cache_resource
-def sweep_registry() -> SweepRegistry:
-    """One per server, shared by all sessions (thread-safe)."""
-    return SweepRegistry()
 
 
 @st.cache_data(ttl=20, show_spinner=False)
@@ -76,7 +64,7 @@ def pick_sweep() -> str | None:
     """?sweep=<id> in the URL (a reload keeps the view), else this session's pick, else the newest sweep."""
     sweeps = {s.id: s.info() for s in list_sweeps(runs_dir)}
     wanted = st.query_params.get("sweep") or st.session_state.get("sweep_id")
-    starting = [wanted] if wanted and wanted not in sweeps and sweep_registry().starting(wanted) else []
+    starting = [wanted] if wanted and wanted not in sweeps and registry().process(wanted) else []
     options = starting + list(sweeps)
     if not options:
         return None
@@ -106,9 +94,8 @@ with left:
             default(f"sw_{name}", base_defaults[name])
             st.number_input(label, key=f"sw_{name}", format="%.5f" if name == "lr" else None,
                             step=0.001 if name == "lr" else 1)
-    searchable = [f for f in TrainConfig.field_names() if f not in NOT_SEARCHABLE and f != "device"]
     default("sw_fields", ["lr"])
-    fields = st.multiselect("Fields to search", searchable, key="sw_fields")
+    fields = st.multiselect("Fields to search", SEARCHABLE, key="sw_fields")
     base = {"dataset": st.session_state["sw_dataset"], **{n: st.session_state[f"sw_{n}"] for n, _ in BASE_FIELDS}}
     try:
         base_values = TrainConfig.from_dict(base, check_device=False).to_dict()
@@ -117,7 +104,7 @@ with left:
         base_values, errors = TrainConfig().to_dict(), ["base"]
     search = []
     for name in fields:
-        default(f"sw_spec_{name}", DEFAULT_SPECS.get(name, "choice:"))
+        default(f"sw_spec_{name}", SUGGESTED_SPECS.get(name, "choice:"))
         text = st.text_input(f"{name}", key=f"sw_spec_{name}", help=SPEC_HELP)
         try:
             parse_spec(name, text, base_values)
@@ -134,18 +121,19 @@ with left:
     interval = c2.number_input("PBT: epochs between exploits", min_value=1, value=1, step=1, key="sw_interval",
                                disabled=scheduler != "pbt")
     with st.expander("Resources"):
-        default("sw_gpus", 0.25 if torch.cuda.is_available() else 0.0)
+        default("sw_gpus", DEFAULT_GPU_SHARE if torch.cuda.is_available() else 0.0)
         concurrency = st.number_input("Trials at once (0 = what this machine holds)", min_value=0, value=0, step=1,
                                       key="sw_concurrency")
         cpus = st.number_input("CPUs (torch threads) per trial", min_value=0.5, value=1.0, step=0.5, key="sw_cpus")
-        gpus = st.number_input("GPU share per trial", min_value=0.0, step=0.25, key="sw_gpus",
-                               help="0.25 puts four trials on one GPU")
+        gpus = st.number_input("GPU share per trial", min_value=0.0, step=DEFAULT_GPU_SHARE, key="sw_gpus",
+                               help=f"{DEFAULT_GPU_SHARE:g} puts {round(1 / DEFAULT_GPU_SHARE)} trials on one GPU")
         address = st.text_input("Ray cluster address (empty: this machine)", key="sw_address",
                                 help="HOST:PORT of a head started with `ray start --head --port=PORT`")
         name = st.text_input("Name (optional)", key="sw_name")
         k1, k2 = st.columns(2)
-        keep_best = k1.number_input("Ended trials keeping last.pt (the best k)", min_value=0, value=3, step=1,
-                                    key="sw_keep_best", help="The others keep best.pt only (2 MB instead of 9 MB): "
+        keep_best = k1.number_input("Ended trials keeping last.pt (the best k)", min_value=0,
+                                    value=DEFAULT_KEEP_BEST, step=1, key="sw_keep_best",
+                                    help="The others keep best.pt only (2 MB instead of 9 MB): "
                                     "they still open in Predict and branch from best.pt.")
         keep_all = k2.checkbox("Keep every trial's last.pt", key="sw_keep_all")
     request = SweepRequest(search=search, sets=[f"{k}={v}" for k, v in base.items()], trials=int(trials),
@@ -165,7 +153,7 @@ with left:
 
     def on_start() -> None:
         try:
-            sweep_id = sweep_registry().start(runs_dir, data_dir, request)
+            sweep_id = start_sweep(registry(), runs_dir, data_dir, request)
         except (SweepError, RunError, ValueError, OSError) as exc:
             flash("error", f"Not started: {exc}")
             return
@@ -179,7 +167,7 @@ with left:
 
 # ------------------------------------------------------------------ the sweep
 def starting_panel(sweep: Sweep) -> None:
-    proc = sweep_registry().starting(sweep.id)
+    proc = registry().process(sweep.id)
     log = sweep.log_path.read_text(errors="replace")[-3000:] if sweep.log_path.is_file() else ""
     if proc is not None and proc.poll() is not None:
         st.error(f"The sweep's driver ended (exit {proc.returncode}) before it started any trial:")

@@ -14,12 +14,13 @@ from brnn_core.config import (
     OPTIMIZERS,
     ConfigError,
     TrainConfig,
-    device_choices,
     resolve_augment,
 )
-from brnn_core.data import DATASETS, availability, default_dataset
-from brnn_core.progress import progress_text
-from brnn_core.runs import Run, RunError
+from brnn_core.data.datasets import DATASETS, availability, default_dataset
+from brnn_core.devices import device_choices
+from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
+from brnn_core.runs.progress import progress_text
+from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
 from ui.branch import branch_form
 from ui.common import flash, folders, memo, registry, run_picker, select_run, show_flashes, state_label
@@ -167,15 +168,10 @@ def on_resume_checkpoint() -> None:
 
 # ------------------------------------------------------------------ live controls
 def on_apply_live(current: dict) -> None:
-    sent = []
-    for name in LIVE_FIELDS:
-        value = st.session_state.get(f"live_{name}")
-        if value is not None and value != current.get(name):
-            cid = run.send_command("set", field=name, value=value)
-            shown = value if isinstance(value, str) else f"{value:g}"
-            st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = f"{name} → {shown}"
-            sent.append(f"{name} → {shown}")
-    flash("info", "Sent: " + ", ".join(sent) if sent else "Nothing changed.")
+    wanted = {name: st.session_state.get(f"live_{name}") for name in LIVE_FIELDS}
+    sent = send_live_changes(run, current, wanted)
+    st.session_state.setdefault("pending", {}).setdefault(run.id, {}).update(sent)
+    flash("info", "Sent: " + ", ".join(sent.values()) if sent else "Nothing changed.")
 
 
 can_resume_ckpt = run is not None and state in RESUMABLE_STATES and run.last_ckpt.is_file()
@@ -204,7 +200,7 @@ with right:
                 "The defaults are the blog's (hidden 128, 2 layers, batch 100, lr 0.01, Adam, 2 epochs).")
         st.stop()
     if active:
-        live = status.get("live") or {k: run.config().get("train", {}).get(k) for k in LIVE_FIELDS}
+        live = live_settings(run, status)
         with st.container(border=True):
             st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
             c1, c2, c3, c5, c4 = st.columns([2, 2, 2, 2, 1], vertical_alignment="bottom")
@@ -213,8 +209,8 @@ with right:
             c2.number_input("Gradient clipping", value=float(live["grad_clip"]), step=0.5, key="live_grad_clip",
                             min_value=0.0)
             c3.number_input("Total epochs", value=int(live["epochs"]), step=1, key="live_epochs", min_value=1)
-            aug = live.get("augment") or "off"  # a run from before augmentation existed has none
-            c5.selectbox("Augmentation", AUGMENT_LEVELS, index=AUGMENT_LEVELS.index(aug), key="live_augment",
+            c5.selectbox("Augmentation", AUGMENT_LEVELS, index=AUGMENT_LEVELS.index(live["augment"]),
+                         key="live_augment",
                          help=TrainConfig.help_for("augment"))
             c4.button("Apply", on_click=on_apply_live, args=(live,), use_container_width=True)
     elif state in ENDED_STATES:
@@ -251,18 +247,16 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     total = s.get("total_steps") or 0
     st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0, text=progress_text(s) or "waiting…")
     events = live_run.events()
-    acks = {e.get("command"): e for e in events if e.get("command")}
-    for cid, what in list(st.session_state.get("pending", {}).get(live_run.id, {}).items())[-3:]:
-        if cid in acks:
-            e = acks[cid]
-            if e["kind"] == "set":
-                st.success(f"{what}: applied, {e['message']}", icon=":material/check:")
-            elif e["kind"] in ("pause", "resume", "stop"):
-                st.info(f"{what}: {e['message']}", icon=":material/check:")
-            else:
-                st.warning(f"{what}: {e['message']}")
+    sent = st.session_state.get("pending", {}).get(live_run.id, {})
+    for outcome in outcomes(events, dict(list(sent.items())[-3:])):
+        if outcome.result == "applied":
+            st.success(f"{outcome.label}: applied, {outcome.message}", icon=":material/check:")
+        elif outcome.result == "done":
+            st.info(f"{outcome.label}: {outcome.message}", icon=":material/check:")
+        elif outcome.result == "refused":
+            st.warning(f"{outcome.label}: {outcome.message}")
         else:
-            st.caption(f"{what}: waiting for the worker…")
+            st.caption(f"{outcome.label}: waiting for the worker…")
     metrics = live_run.metrics()
     m1, m2, m3, m4 = st.columns(4)
     train = metrics[metrics["split"] == "train"]

@@ -12,10 +12,18 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import SMALL_MODEL, THREADS, refused_proxy, torch_threads, train_run, write_sample_as_idx
+from helpers import (
+    SMALL_MODEL,
+    THREADS,
+    kill_workers,
+    refused_proxy,
+    torch_threads,
+    train_run,
+    write_sample_as_idx,
+)
 from zygote import Zygote
 
-from brnn_core.runs import Run
+from brnn_core.runs.rundir import Run
 
 # The small model every inference/checkpoint/CLI test shares: 2 epochs of hidden 32 on mnist-sample
 # reach about 87% test accuracy on CPU in a few seconds.
@@ -25,7 +33,7 @@ from brnn_core.runs import Run
 def _one_torch_thread():
     """One intra-op thread: these LSTMs are tiny, and two OpenMP threads on a 2-core machine that is also
     running other work spin against each other. Subprocesses get OMP_NUM_THREADS=1 the same way, and so do
-    runs trained in this process (brnn_core.threads keeps an explicit OMP_NUM_THREADS)."""
+    runs trained in this process (brnn_core.training.threads keeps an explicit OMP_NUM_THREADS)."""
     before = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(THREADS)
     with torch_threads(THREADS):
@@ -53,11 +61,13 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
-    """Runs and data folders for the dashboard (the pages read them from the environment)."""
+    """Runs and data folders for the dashboard (the pages read them from the environment, AppTest included);
+    worker processes a test starts in them (e.g. by clicking Start training) are ended afterwards."""
     runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
     monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
     monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir))
-    return runs_dir, data_dir
+    yield runs_dir, data_dir
+    kill_workers(runs_dir)
 
 
 # ------------------------------------------------------------------ network
@@ -76,7 +86,7 @@ def dead_proxy_env(monkeypatch) -> str:
 @pytest.fixture(scope="session")
 def sample():
     """The real mnist-sample dataset (4,500 train / 500 test digits), loaded once."""
-    from brnn_core.data import load_dataset
+    from brnn_core.data.loading import load_dataset
 
     return load_dataset("mnist-sample")
 

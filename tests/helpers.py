@@ -25,10 +25,9 @@ import numpy as np
 import pytest
 
 from brnn_core.config import TrainConfig
-from brnn_core.data import IDX_FILES
-from brnn_core.jobs import new_run_config
-from brnn_core.runs import Run, create_run, list_runs
-from brnn_core.worker import run_training
+from brnn_core.data.datasets import IDX_FILES
+from brnn_core.runs.rundir import Run, create_run, list_runs, new_run_config
+from brnn_core.training.worker import run_training
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "streamlit_app.py"
@@ -161,7 +160,7 @@ def write_idx_dataset(root: Path, *, n_train: int = 30, n_test: int = 10, gz: bo
 def write_sample_as_idx(data_dir: Path) -> Path:
     """The real mnist-sample digits written as an IDX `mnist` dataset: workers then load it in milliseconds
     through data.read_idx (mnist-sample itself is parsed from CSV, seconds per worker start)."""
-    from brnn_core.data import load_dataset
+    from brnn_core.data.loading import load_dataset
 
     ds = load_dataset("mnist-sample")
     arrays = (ds.train_x.numpy(), ds.train_y.numpy(), ds.test_x.numpy(), ds.test_y.numpy())
@@ -326,3 +325,8 @@ def app_test(monkeypatch, runs_dir: Path, data_dir: Path | None = None, page: st
 
 def texts(elements) -> list[str]:
     return [str(e.value) for e in elements]
+
+
+def no_exception(at, *context) -> None:
+    """Fail with the page's exception messages (and `context`, e.g. the page) if the script raised."""
+    assert not at.exception, (*context, texts(at.exception)) if context else texts(at.exception)

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 from helpers import REPO, cli_env, wait_for
 
-from brnn_core.runs import Run
+from brnn_core.runs.rundir import Run
 from brnn_core.sweep.records import Sweep, list_sweeps
 
 TINY = ["--set", "hidden_size=8", "--set", "num_layers=1"]

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from helpers import APP, kill_workers, wait_for, wait_for_state
+from helpers import APP, no_exception, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import AUGMENT_AUTO, AUGMENT_LEVELS
-from brnn_core.runs import list_runs
+from brnn_core.runs.rundir import list_runs
 
 TIMEOUT = 90  # seconds per script run: other jobs share the two cores
 
 
-@pytest.fixture
-def dirs(dirs):
-    yield dirs
-    kill_workers(dirs[0])
-
-
 def app() -> AppTest:
-    return AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
+    no_exception(at)
+    return at
 
 
 def test_form_offers_the_levels_and_says_what_auto_means_for_the_dataset(dirs):

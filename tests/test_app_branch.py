@@ -9,20 +9,13 @@ import sys
 
 import psutil
 import pytest
-from helpers import APP, copy_run, kill_workers, wait_for_state
+from helpers import APP, copy_run, no_exception, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.runs import list_runs
+from brnn_core.runs.rundir import list_runs
 
 TIMEOUT = 90
-
-
-@pytest.fixture
-def dirs(dirs):
-    """conftest's folders; workers these tests start are killed afterwards."""
-    yield dirs
-    kill_workers(dirs[0])
 
 
 def page(name: str) -> AppTest:
@@ -31,10 +24,6 @@ def page(name: str) -> AppTest:
     at.switch_page(name).run()
     no_exception(at)
     return at
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def chart_layout(at: AppTest, key: str) -> dict:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from helpers import APP, copy_run
+from helpers import APP, copy_run, no_exception
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig
-from brnn_core.drawings import checkpoint_accuracy
-from brnn_core.jobs import new_run_config
-from brnn_core.runs import create_run
+from brnn_core.inference.scores import checkpoint_accuracy
+from brnn_core.runs.rundir import create_run, new_run_config
 from ui.common import short_id
 
 TIMEOUT = 90
@@ -19,7 +18,7 @@ def predict_page() -> AppTest:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.run()
     at.switch_page("pages/predict.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    no_exception(at)
     assert at.title[0].value == "Draw a digit"
     return at
 
@@ -51,7 +50,7 @@ def test_checkpoint_picker_lists_best_and_last(dirs, finished):
     assert any("Draw a digit on the canvas" in i.value for i in at.info)  # nothing drawn yet
     # Switching to last.pt loads it without trouble.
     picker.select(str(run.last_ckpt)).run()
-    assert not at.exception
+    no_exception(at)
     assert at.sidebar.selectbox(key="ckpt_choice").value == str(run.last_ckpt)
 
 
@@ -68,8 +67,8 @@ def test_damaged_checkpoint_shows_an_error_not_a_traceback(dirs, finished):
 def save_rendered(data_dir, sample, n: int) -> list:
     """n canvas-like drawings of real training digits (bench/drawn_digits.py's brush), saved with labels."""
     from bench.drawn_digits import render
-    from brnn_core.data import MNIST_CLASSES
-    from brnn_core.drawings import save_drawing
+    from brnn_core.data.datasets import MNIST_CLASSES
+    from brnn_core.data.drawings import save_drawing
 
     rng = np.random.default_rng(0)
     return [save_drawing(data_dir, render(sample.train_x[k].numpy(), rng), int(sample.train_y[k]), MNIST_CLASSES,
@@ -101,7 +100,7 @@ def test_saved_drawings_are_listed_scored_and_deletable(dirs, finished, sample):
     # Pick last.pt, then delete the newest drawing: the choice survives its label changing (12 -> 11).
     picker.select(str(run.last_ckpt)).run()
     next(b for b in at.button if b.key == f"del_{saved[-1].id}").click().run()
-    assert not at.exception
+    no_exception(at)
     assert not saved[-1].meta_path.exists() and saved[0].meta_path.exists()
     assert any(c.value.startswith("11 saved drawings") for c in at.caption)
     picker = at.sidebar.selectbox(key="ckpt_choice")

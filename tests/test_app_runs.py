@@ -6,7 +6,7 @@ import os
 import time
 
 import psutil
-from helpers import APP, copy_run
+from helpers import APP, copy_run, no_exception
 from streamlit.testing.v1 import AppTest
 
 TIMEOUT = 90
@@ -19,10 +19,6 @@ def runs_page() -> AppTest:
     no_exception(at)
     assert at.title[0].value == "Runs"
     return at
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def test_no_runs(dirs):
@@ -107,7 +103,7 @@ def test_table_scores_each_run_on_my_drawings(dirs, finished, sample):
     """From 10 saved drawings on, each run's best.pt is scored on them (a column of the table)."""
     from test_app_predict import save_rendered
 
-    from brnn_core.drawings import checkpoint_accuracy
+    from brnn_core.inference.scores import checkpoint_accuracy
 
     runs_dir, data_dir = dirs
     run = copy_run(finished, runs_dir)

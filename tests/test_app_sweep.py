@@ -10,7 +10,7 @@ import json
 import shutil
 
 import pytest
-from helpers import APP, wait_for
+from helpers import APP, no_exception, wait_for
 from streamlit.testing.v1 import AppTest
 from sweep_helpers import TINY, end_group, finish, run_sweep, start_sweep, tail, trial_runs, val_rows
 
@@ -37,10 +37,6 @@ def app(runs_dir, data_dir, monkeypatch) -> AppTest:
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.switch_page("pages/sweep.py")
     return at.run()
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def start_button(at: AppTest):

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from helpers import APP, copy_run, kill_workers, wait_for, wait_for_state
+from helpers import APP, copy_run, no_exception, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
-from brnn_core.runs import list_runs
+from brnn_core.runs.rundir import list_runs
 
 TIMEOUT = 90  # seconds per script run: other jobs share the two cores
-
-
-
-@pytest.fixture
-def dirs(dirs):
-    """The shared folders fixture; workers these tests start are killed afterwards."""
-    yield dirs
-    kill_workers(dirs[0])
 
 
 def app() -> AppTest:
@@ -30,10 +22,6 @@ CONTROLS = ("Start training", "Pause", "Resume", "Stop")
 def buttons(at: AppTest) -> dict[str, bool]:
     """Run-control button label -> enabled."""
     return {b.label: not b.disabled for b in at.button if b.label in CONTROLS}
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def test_renders_with_no_runs(dirs):

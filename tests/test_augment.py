@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from helpers import make_run
 
-from brnn_core import recorder
-from brnn_core.augment import (
+from brnn_core.checkpoint import load_checkpoint
+from brnn_core.config import AUGMENT_AUTO, AUGMENT_LEVELS, DATASET_NAMES, TrainConfig, resolve_augment
+from brnn_core.data.augment import (
     LEVELS,
     Augmenter,
     AugmentStrength,
@@ -22,12 +23,12 @@ from brnn_core.augment import (
     sampling_grid,
     step_generator,
 )
-from brnn_core.checkpoint import load_checkpoint
-from brnn_core.config import AUGMENT_AUTO, AUGMENT_LEVELS, DATASET_NAMES, TrainConfig, resolve_augment
-from brnn_core.data import DATASETS, to_input
-from brnn_core.engine import FitHooks, evaluate, fit, make_optimizer
+from brnn_core.data.batching import to_input
+from brnn_core.data.datasets import DATASETS
 from brnn_core.model import BiLSTM, ModelConfig
-from brnn_core.worker import run_training
+from brnn_core.training import recorder
+from brnn_core.training.engine import FitHooks, evaluate, fit, make_optimizer
+from brnn_core.training.worker import run_training
 
 CPU = torch.device("cpu")
 

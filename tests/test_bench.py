@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from brnn_core.config import cpu_has_bf16
+from brnn_core.devices import cpu_has_bf16
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker]
 

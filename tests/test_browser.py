@@ -23,7 +23,7 @@ from browser_server import CHROMIUM, Server, browser_page, screenshot, start_ser
 from helpers import REPO, finish_cli_training, kill_workers, start_cli_training, wait_for_state
 from PIL import Image
 
-from brnn_core.runs import Run, list_runs
+from brnn_core.runs.rundir import Run, list_runs
 from ui.common import short_id
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 from brnn_core import charts
-from brnn_core.runs import METRIC_COLUMNS
+from brnn_core.runs.rundir import METRIC_COLUMNS
 
 
 def metrics_frame(rows):

@@ -26,7 +26,7 @@ from brnn_core.checkpoint import (
 )
 from brnn_core.config import LIVE_FIELDS
 from brnn_core.model import BiLSTM, ModelConfig
-from brnn_core.worker import run_training
+from brnn_core.training.worker import run_training
 
 CLASSES = [str(i) for i in range(10)]
 

@@ -25,7 +25,7 @@ from PIL import Image
 
 from brnn_core.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from brnn_core.cli import main
-from brnn_core.inference import Predictor
+from brnn_core.inference.predictor import Predictor
 from brnn_core.model import BiLSTM, ModelConfig
 from ui.common import short_id
 

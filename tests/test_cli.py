@@ -14,11 +14,12 @@ from helpers import run_cli
 from PIL import Image
 
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.config import cpu_has_bf16
-from brnn_core.data import IDX_FILES
-from brnn_core.engine import evaluate
-from brnn_core.inference import Predictor, load_image
-from brnn_core.runs import Run, list_runs
+from brnn_core.data.canvas import load_image
+from brnn_core.data.datasets import IDX_FILES
+from brnn_core.devices import cpu_has_bf16
+from brnn_core.inference.predictor import Predictor
+from brnn_core.runs.rundir import Run, list_runs
+from brnn_core.training.engine import evaluate
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker]
 

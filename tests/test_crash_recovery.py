@@ -36,9 +36,10 @@ from helpers import (
     worker_environ,
 )
 
-from brnn_core import jobs
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.runs import METRIC_COLUMNS, Run, list_runs, read_run, runs_table
+from brnn_core.runs import jobs
+from brnn_core.runs.index import read_run, runs_table
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, list_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker]
 

@@ -29,23 +29,19 @@ from helpers import (
     write_idx_dataset,
 )
 
-from brnn_core import data
-from brnn_core.data import (
+from brnn_core.data import loading as data
+from brnn_core.data.batching import batches, epoch_order, split_train_val, to_input
+from brnn_core.data.datasets import (
     DEBIAN_FASHION_DIR,
     FASHION_CLASSES,
     IDX_FILES,
     MNIST_CLASSES,
     DatasetError,
     availability,
-    batches,
     default_dataset,
-    epoch_order,
-    load_dataset,
-    read_idx,
-    split_train_val,
-    to_input,
 )
-from brnn_core.worker import run_training
+from brnn_core.data.loading import load_dataset, read_idx
+from brnn_core.training.worker import run_training
 
 TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS = IDX_FILES
 

@@ -18,16 +18,10 @@ import torch
 import torchvision.datasets as tvd
 from helpers import write_idx_dataset
 
-from brnn_core import data
 from brnn_core.config import DATASET_NAMES
-from brnn_core.data import (
-    DATASETS,
-    IDX_FILES,
-    KMNIST_CLASSES,
-    DatasetError,
-    availability,
-    load_dataset,
-)
+from brnn_core.data import loading as data
+from brnn_core.data.datasets import DATASETS, IDX_FILES, KMNIST_CLASSES, DatasetError, availability
+from brnn_core.data.loading import load_dataset
 
 
 def test_kmnist_is_a_dataset_with_torchvisions_class_names():

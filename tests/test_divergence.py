@@ -13,8 +13,8 @@ import torch
 from helpers import train_run
 
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.engine import EXPLODED_FACTOR, EXPLODED_LOGS, ExplosionWatch
-from brnn_core.worker import run_training
+from brnn_core.training.engine import EXPLODED_FACTOR, EXPLODED_LOGS, ExplosionWatch
+from brnn_core.training.worker import run_training
 
 LIMIT = EXPLODED_FACTOR * math.log(10)  # 23.0 for ten classes
 

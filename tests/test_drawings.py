@@ -15,12 +15,12 @@ from test_inference import SEVEN, drawing
 from bench.drawn_digits import render
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import ConfigError, TrainConfig
-from brnn_core.data import FASHION_CLASSES, MNIST_CLASSES, load_dataset
-from brnn_core.drawings import (
+from brnn_core.data.canvas import preprocess
+from brnn_core.data.datasets import FASHION_CLASSES, MNIST_CLASSES
+from brnn_core.data.drawings import (
     MIN_FOR_ACCURACY,
     DrawingError,
     as_tensors,
-    checkpoint_accuracy,
     delete_drawing,
     drawings_dir,
     folder_signature,
@@ -28,9 +28,9 @@ from brnn_core.drawings import (
     save_drawing,
     to_uint8,
 )
-from brnn_core.engine import evaluate
-from brnn_core.inference import preprocess
-from brnn_core.reports import read_report
+from brnn_core.inference.scores import checkpoint_accuracy
+from brnn_core.training.engine import evaluate
+from brnn_core.training.reports import read_report
 
 NOW = 1_767_225_600.25  # a fixed time: ids and "created" are predictable
 
@@ -113,8 +113,8 @@ def test_damaged_and_foreign_files_are_skipped_with_a_warning(tmp_path):
     assert "not valid JSON" in text and "label 12 is not one of its 10 classes" in text
     assert "skipped notes.json: not a drawing's file name" in text
     # The dataset still loads from what is readable.
-    ds = load_dataset("my-drawings", tmp_path)
-    assert ds.train_y.tolist() == [7] and len(ds.test_y) == 0
+    train_x, train_y = as_tensors(listing, held_out=False)
+    assert train_y.tolist() == [7] and len(as_tensors(listing, held_out=True)[1]) == 0
 
 
 def test_delete_refuses_what_is_not_a_drawing(tmp_path):
@@ -131,14 +131,15 @@ def test_my_drawings_is_a_dataset_of_tensors(tmp_path, sample):
     digits, labels = sample.train_x[:12], sample.train_y[:12]
     saved = save_many(tmp_path, digits, labels)
     save_drawing(tmp_path, drawing([SEVEN]), 0, FASHION_CLASSES, now=NOW + 99)  # another class set: not in it
-    ds = load_dataset("my-drawings", tmp_path)
-    assert ds.name == "my-drawings" and ds.classes == MNIST_CLASSES
-    assert ds.train_x.dtype == torch.uint8 and ds.train_x.shape[1:] == (28, 28)
-    assert len(ds.train_y) + len(ds.test_y) == 12
-    assert ds.test_y.tolist() == [d.label for d in saved if d.held_out]
-    assert ds.train_y.tolist() == [d.label for d in saved if not d.held_out]
+    listing = list_drawings(tmp_path, MNIST_CLASSES)
+    train_x, train_y = as_tensors(listing, held_out=False)
+    test_x, test_y = as_tensors(listing, held_out=True)
+    assert train_x.dtype == torch.uint8 and train_x.shape[1:] == (28, 28)
+    assert len(train_y) + len(test_y) == 12
+    assert test_y.tolist() == [d.label for d in saved if d.held_out]
+    assert train_y.tolist() == [d.label for d in saved if not d.held_out]
     first = next(i for i, d in enumerate(saved) if not d.held_out)
-    np.testing.assert_array_equal(ds.train_x[0].numpy(), np.asarray(Image.open(saved[first].input_path)))
+    np.testing.assert_array_equal(train_x[0].numpy(), np.asarray(Image.open(saved[first].input_path)))
 
 
 def test_scores_need_ten_drawings_and_match_evaluate(tmp_path, sample, trained_ckpt):

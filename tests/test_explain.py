@@ -14,11 +14,11 @@ from test_inference import SEVEN, drawing
 from test_model_engine import CUDNN_MESSAGE, CudnnLikeLSTM
 
 from brnn_core.checkpoint import Checkpoint
-from brnn_core.data import to_input
-from brnn_core.engine import mode
-from brnn_core.explain import integrated_gradients, prefix_probabilities
-from brnn_core.inference import Predictor, prepare
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.data.batching import to_input
+from brnn_core.data.canvas import prepare
+from brnn_core.inference.explain import integrated_gradients, prefix_probabilities
+from brnn_core.inference.predictor import Predictor
+from brnn_core.model import BiLSTM, ModelConfig, mode
 
 SEVEN_CANVAS = drawing([SEVEN])
 

@@ -37,13 +37,13 @@ from helpers import (
     worker_environ,
 )
 
-from brnn_core import jobs
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.cli import main
-from brnn_core.inference import Predictor
-from brnn_core.jobs import JobRegistry
-from brnn_core.runs import Run, RunError, list_runs
-from brnn_core.worker import run_training
+from brnn_core.inference.predictor import Predictor
+from brnn_core.runs import jobs
+from brnn_core.runs.jobs import JobRegistry
+from brnn_core.runs.rundir import Run, RunError, list_runs
+from brnn_core.training.worker import run_training
 
 
 def assert_no_half_runs(runs_dir: Path) -> list[Run]:
@@ -253,10 +253,10 @@ def test_concurrent_starts_start_exactly_one_run(tmp_path, monkeypatch, idx_data
         assert len(results) == clicks and len(started) == 1, results
         assert all("is still" in str(e) and started[0].id in str(e) for e in refused), refused
         assert [r.id for r in assert_no_half_runs(runs_dir)] == [started[0].id]
-        assert registry.running_ids() == [started[0].id]
+        assert registry.process(started[0].id) is not None
     finally:
         kill_workers(runs_dir)
-    wait_for(lambda: not registry.running_ids(), 60, "the registry to reap the killed worker")
+    wait_for(lambda: registry.process(started[0].id) is None, 60, "the registry to reap the killed worker")
 
 
 @pytest.mark.worker

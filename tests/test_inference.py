@@ -12,9 +12,10 @@ import torch
 from PIL import Image, ImageDraw
 
 from brnn_core.checkpoint import save_checkpoint
-from brnn_core.engine import evaluate
-from brnn_core.inference import Predictor, load_image, prepare, preprocess, to_grey
+from brnn_core.data.canvas import load_image, prepare, preprocess, to_grey
+from brnn_core.inference.predictor import Predictor
 from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.training.engine import evaluate
 
 SIZE = 280  # the dashboard's canvas
 STROKE = 20  # design.md: 18-22 px on a 280 px canvas matches MNIST's stroke thickness

@@ -14,11 +14,12 @@ from helpers import make_run
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import LIVE_FIELDS, TrainConfig
-from brnn_core.engine import fit, grad_scaler, make_optimizer, train_one_epoch
-from brnn_core.loss_scaling import STUCK_WINDOW, LossScaler
 from brnn_core.model import BiLSTM, ModelConfig
-from brnn_core.recorder import Position, Recorder
-from brnn_core.worker import end_diverged, restore
+from brnn_core.training.engine import fit, grad_scaler, make_optimizer, train_one_epoch
+from brnn_core.training.loss_scaling import STUCK_WINDOW, LossScaler
+from brnn_core.training.recorder import Position, Recorder
+from brnn_core.training.warmstart import restore
+from brnn_core.training.worker import end_diverged
 
 CPU = torch.device("cpu")
 

@@ -14,24 +14,23 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import make_run, train_run, wait_for
+from helpers import make_run, torch_threads, train_run, wait_for
 from torch import nn
 
-from brnn_core import recorder
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.data import to_input
-from brnn_core.engine import (
+from brnn_core.data.batching import to_input
+from brnn_core.model import BiLSTM, ModelConfig, mode
+from brnn_core.training import recorder
+from brnn_core.training.engine import (
     confusion_matrix,
     evaluate,
     fit,
     grad_scaler,
     make_optimizer,
-    mode,
     train_one_epoch,
     weights_finite,
 )
-from brnn_core.model import BiLSTM, ModelConfig
-from brnn_core.worker import run_training
+from brnn_core.training.worker import run_training
 
 CUDNN_MESSAGE = "cudnn RNN backward can only be called in training mode"
 
@@ -231,10 +230,9 @@ def test_evaluate_on_several_threads_matches_one_thread(sample, threads):
     x, y = _tiny_split(sample, 380)  # 8 batches of 50, the last one short: uneven round robin
     one = evaluate(model, x, y, batch_size=50, threads=1)
     assert runners == {threading.current_thread().name}
-    calls, threads_before = len(modes), torch.get_num_threads()
+    calls = len(modes)
     runners.clear()
-    torch.set_num_threads(2)  # the suite runs on one thread; a caller with two shows whether one leaks
-    try:
+    with torch_threads(2):  # the suite runs on one thread; a caller with two shows whether one leaks
         many = evaluate(model, x, y, batch_size=50, threads=threads)
         assert torch.get_num_threads() == 2
         seen = []  # ... to the caller or to threads started later (Streamlit starts one per rerun)
@@ -242,8 +240,6 @@ def test_evaluate_on_several_threads_matches_one_thread(sample, threads):
         later.start()
         later.join()
         assert seen == [2]
-    finally:
-        torch.set_num_threads(threads_before)
     assert runners == {f"evaluate-{k}" for k in range(threads)}  # one thread per chunk, side by side
     assert modes[calls:] == [False] * 16  # every batch in eval mode, in every thread
     assert model.training

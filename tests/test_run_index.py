@@ -10,9 +10,9 @@ import psutil
 import pytest
 from helpers import copy_run, fake_finished_run
 
-from brnn_core import run_index
-from brnn_core.run_index import RunIndex, val_summary
-from brnn_core.runs import METRIC_COLUMNS, Run, checkpoint_choices, delete_run, summary
+from brnn_core.runs import index as run_index
+from brnn_core.runs.index import RunIndex, checkpoint_choices, summary, val_summary
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, delete_run
 
 
 def three_runs(runs_dir) -> list[Run]:

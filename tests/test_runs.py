@@ -18,17 +18,16 @@ from helpers import wait_for
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import append_line, read_complete_lines
-from brnn_core.jobs import start_worker
-from brnn_core.runs import (
+from brnn_core.runs.index import read_run, runs_table
+from brnn_core.runs.jobs import start_worker
+from brnn_core.runs.rundir import (
     METRIC_COLUMNS,
     QUEUED_GRACE_S,
     RunError,
     create_run,
     delete_run,
     list_runs,
-    read_run,
     resolve_run,
-    runs_table,
     validate_run_id,
 )
 
@@ -268,7 +267,7 @@ def test_a_worker_on_another_machine_is_judged_by_its_heartbeat():
     """A sweep trial on a cluster node writes into the shared runs folder: its pid means nothing here."""
     import socket
 
-    from brnn_core.runs import REMOTE_STALE_S, worker_alive
+    from brnn_core.runs.rundir import REMOTE_STALE_S, worker_alive
 
     remote = {"pid": os.getpid(), "pid_started": 0.0, "host": "node-7.cluster.invalid"}
     assert worker_alive({**remote, "heartbeat": time.time() - 5})

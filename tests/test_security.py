@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, app_test, fake_finished_run, texts
 
-from brnn_core.runs import RunError, delete_run, resolve_run, validate_run_id
+from brnn_core.runs.rundir import RunError, delete_run, resolve_run, validate_run_id
 
 SKIP_DIRS = {".venv", ".git", "data", "runs", "node_modules", "__pycache__", ".ruff_cache", ".pytest_cache"}
 
@@ -128,7 +128,7 @@ def test_the_shell_scanner_catches_shell_commands(source, hits):
 
 
 def test_the_worker_command_is_an_argument_list():
-    from brnn_core.jobs import worker_command
+    from brnn_core.runs.jobs import worker_command
 
     cmd = worker_command(Path("/tmp/runs/x; rm -rf ~"), resume=True)
     assert isinstance(cmd, list) and cmd[1:4] == ["-m", "brnn_core", "train"]

@@ -32,7 +32,8 @@ from sweep_helpers import (
     wait_until,
 )
 
-from brnn_core.runs import Run, checkpoint_choices
+from brnn_core.runs.index import checkpoint_choices
+from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.records import trials_table
 

@@ -1,4 +1,4 @@
-"""The CPU thread policy (brnn_core.threads): threads per process, OpenMP's wait settings, claims between runs."""
+"""The CPU thread policy (training.threads): threads per process, OpenMP's wait settings, claims between runs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 from helpers import stop_process, torch_threads
 
-from brnn_core import threads
-from brnn_core.jobs import worker_environ
-from brnn_core.threads import Claim, CpuClaims, ThreadKeeper, plan_threads
+from brnn_core.runs.jobs import worker_environ
+from brnn_core.training import threads
+from brnn_core.training.threads import Claim, CpuClaims, ThreadKeeper, plan_threads
 
 AUTO, FIXED = True, False
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from brnn_core.uploads import ALLOWED_SUFFIXES, UploadError, save_upload
+from brnn_core.inference.uploads import ALLOWED_SUFFIXES, UploadError, save_upload
 
 HOSTILE_NAMES = [
     "../../etc/x", "../../../../../../etc/passwd", "/etc/passwd", "/tmp/evil.pt", "..", ".", "", "/",
@@ -92,7 +92,7 @@ def test_a_planted_symlink_at_the_target_name_is_replaced_not_followed(tmp_path)
 
 def test_the_predict_page_saves_uploads_only_through_save_upload():
     source = (REPO / "pages" / "predict.py").read_text()
-    assert "from brnn_core.uploads import" in source and "save_upload(runs_dir, upload.getvalue()" in source
+    assert "from brnn_core.inference.uploads import" in source and "save_upload(runs_dir, upload.getvalue()" in source
     assert "write_bytes" not in source and "open(" not in source, "the page writes files itself"
 
 

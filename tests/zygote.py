@@ -24,7 +24,7 @@ from brnn_core import cli  # noqa: F401
 for module in pkgutil.walk_packages(brnn_core.__path__, "brnn_core."):
     importlib.import_module(module.name)  # all of brnn_core now: a fork that drops root may not read the checkout
 import torch._dynamo  # noqa: F401  (the optimizers import it lazily; some tests drop root and its stdlib)
-import codecs, torchvision.datasets.mnist  # noqa: E401,F401  (brnn_core.data reads IDX files through it)
+import codecs, torchvision.datasets.mnist  # noqa: E401,F401  (brnn_core.data.datasets reads IDX files through it)
 codecs.lookup("hex")  # torchvision's IDX parser decodes header numbers with the lazily imported hex codec
 print(json.dumps({"ready": os.getpid()}), flush=True)
 for line in sys.stdin:

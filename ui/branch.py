@@ -1,4 +1,4 @@
-"""The "Branch from here" form, shared by the Runs and Train pages (the logic is brnn_core.branch)."""
+"""The "Branch from here" form, shared by the Runs and Train pages (the logic is brnn_core.runs.branch)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from brnn_core.branch import BRANCH_CHECKPOINTS, branch_defaults
 from brnn_core.config import OPTIMIZERS
-from brnn_core.runs import Run, last_pt_pruned
+from brnn_core.runs.branch import BRANCH_CHECKPOINTS, branch_defaults
+from brnn_core.runs.rundir import Run, last_pt_pruned
 from brnn_core.states import ACTIVE_STATES
 from ui.common import flash, registry, select_run
 

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from brnn_core.data import default_data_dir
-from brnn_core.jobs import JobRegistry
-from brnn_core.run_index import RunIndex
-from brnn_core.runs import Run, RunError, default_runs_dir, validate_run_id
+from brnn_core.data.datasets import default_data_dir
+from brnn_core.runs.index import RunIndex
+from brnn_core.runs.jobs import JobRegistry
+from brnn_core.runs.rundir import Run, RunError, default_runs_dir, validate_run_id
 from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.sweep.launch import sweep_busy
 
 # Streamlit's built-in Material icons and colours: they render without any emoji font.
 STATE_STYLE = {State.QUEUED: ("gray", "hourglass_empty"), State.LOADING: ("gray", "hourglass_top"),
@@ -38,7 +39,7 @@ def folders() -> tuple[Path, Path]:
 @st.cache_resource
 def registry() -> JobRegistry:
     """One registry per server, shared by all sessions (it is thread-safe)."""
-    return JobRegistry()
+    return JobRegistry(also_busy=sweep_busy)  # runs and sweeps: one job trains at a time
 
 
 @st.cache_resource

@@ -11,7 +11,8 @@ from pathlib import Path
 import streamlit as st
 
 from brnn_core.checkpoint import CheckpointError
-from brnn_core.drawings import MIN_FOR_ACCURACY, Listing, checkpoint_accuracy, folder_signature, list_drawings
+from brnn_core.data.drawings import MIN_FOR_ACCURACY, Listing, folder_signature, list_drawings
+from brnn_core.inference.scores import checkpoint_accuracy
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

@@ -14,6 +14,6 @@ It lives apart from the training code it measures; nothing in brnn_core imports 
   blog_baseline   a faithful copy of the blog post's script: the baseline
 """
 
-from .suite import main
+from brnn_core.benchmarks.suite import main
 
 __all__ = ["main"]

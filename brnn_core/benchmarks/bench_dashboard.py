@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .child import CHECKOUT
-from .context import Context
-from .rows import Row, ratio_row, throughput_row
+from brnn_core.benchmarks.child import CHECKOUT
+from brnn_core.benchmarks.context import Context
+from brnn_core.benchmarks.rows import Row, ratio_row, throughput_row
 
 CHROMIUM = Path("/usr/bin/chromium")
 HISTORY_TARGETS = {"rerun": 0.2, "runs page first render": 1.0, "predict stroke": 0.1}  # seconds, at 1,000 runs

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import torch
 
-from ..config import TrainConfig
-from ..data import DatasetError
-from ..runs import Run, list_runs
-from .bench_worker import worker_window
-from .child import CHECKOUT, Child
-from .context import Context
-from .rows import Row, alternate, median, ratio_row, throughput_row
+from brnn_core.benchmarks.bench_worker import worker_window
+from brnn_core.benchmarks.child import CHECKOUT, Child
+from brnn_core.benchmarks.context import Context
+from brnn_core.benchmarks.rows import Row, alternate, median, ratio_row, throughput_row
+from brnn_core.config import TrainConfig
+from brnn_core.data.datasets import DatasetError
+from brnn_core.runs.rundir import Run, list_runs
 
 
 def dataset_for(ctx: Context) -> tuple[str, int]:

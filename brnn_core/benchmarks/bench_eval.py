@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..config import TrainConfig
-from .child import children
-from .context import Context
-from .rows import Row, alternate, ratio_row, stat_row, throughput_row
+from brnn_core.benchmarks.child import children
+from brnn_core.benchmarks.context import Context
+from brnn_core.benchmarks.rows import Row, alternate, ratio_row, stat_row, throughput_row
+from brnn_core.config import TrainConfig
 
 
 def bench_eval(ctx: Context) -> list[Row]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..checkpoint import save_checkpoint
-from ..data import MNIST_CLASSES
-from ..inference import Predictor, prepare
-from ..model import BiLSTM, ModelConfig
-from .context import Context, timed
-from .rows import Row, median, percentile, stat_row
+from brnn_core.benchmarks.context import Context, timed
+from brnn_core.benchmarks.rows import Row, median, percentile, stat_row
+from brnn_core.checkpoint import save_checkpoint
+from brnn_core.data.canvas import prepare
+from brnn_core.data.datasets import MNIST_CLASSES
+from brnn_core.inference.predictor import Predictor
+from brnn_core.model import BiLSTM, ModelConfig
 
 
 def synthetic_canvas(size: int = 280, stroke: int = 20) -> np.ndarray:

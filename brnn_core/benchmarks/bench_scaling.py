@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from ..config import TrainConfig
-from ..data import to_input
-from ..engine import evaluate, mode
-from ..model import BiLSTM, ModelConfig
-from .context import Context, sync, timed
-from .rows import Row, median, throughput_row
-from .sides import EngineTrainer
+from brnn_core.benchmarks.context import Context, sync, timed
+from brnn_core.benchmarks.rows import Row, median, throughput_row
+from brnn_core.benchmarks.sides import EngineTrainer
+from brnn_core.config import TrainConfig
+from brnn_core.data.batching import to_input
+from brnn_core.model import BiLSTM, ModelConfig, mode
+from brnn_core.training.engine import evaluate
 
 
 def timed_steps(trainer: EngineTrainer, min_seconds: float, min_steps: int = 2) -> tuple[float, float]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..config import TrainConfig
-from .child import children
-from .context import Context
-from .rows import Row, alternate, ratio_row, stat_row, throughput_row
-from .sides import EngineTrainer
+from brnn_core.benchmarks.child import children
+from brnn_core.benchmarks.context import Context
+from brnn_core.benchmarks.rows import Row, alternate, ratio_row, stat_row, throughput_row
+from brnn_core.benchmarks.sides import EngineTrainer
+from brnn_core.config import TrainConfig
 
 
 def bench_train(ctx: Context) -> list[Row]:
@@ -43,7 +43,7 @@ def bench_train(ctx: Context) -> list[Row]:
             throughput_row("train", "engine, default allocator", res["engine, default allocator"],
                            "the same engine with glibc's default malloc settings"),
             ratio_row("train", "engine / engine with default allocator", res["brnn_core engine"],
-                      res["engine, default allocator"], note="what brnn_core.allocator gains"),
+                      res["engine, default allocator"], note="what brnn_core.training.allocator gains"),
         ]
     if any(any(v) for v in faults.values()):  # where the allocator gain comes from (and why it varies)
         for name in ("brnn_core engine", "engine, default allocator", "blog loop"):

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import torch
 
-from ..config import TrainConfig, cpu_threads
-from ..engine import evaluate
-from ..jobs import start_worker
-from .child import Child
-from .context import Context
-from .rows import Row, alternate, median, stat_row, throughput_row
-from .sides import EngineTrainer
+from brnn_core.benchmarks.child import Child
+from brnn_core.benchmarks.context import Context
+from brnn_core.benchmarks.rows import Row, alternate, median, stat_row, throughput_row
+from brnn_core.benchmarks.sides import EngineTrainer
+from brnn_core.config import TrainConfig
+from brnn_core.runs.jobs import start_worker
+from brnn_core.training.engine import evaluate
+from brnn_core.training.threads import cpu_threads
 
 
 def worker_config(ctx: Context) -> TrainConfig:

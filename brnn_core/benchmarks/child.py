@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from ..allocator import tune_malloc
-from ..data import load_dataset
-from .sides import BlogEvaluator, BlogTrainer, EngineEvaluator, EngineTrainer, Trainer
+from brnn_core.benchmarks.sides import BlogEvaluator, BlogTrainer, EngineEvaluator, EngineTrainer, Trainer
+from brnn_core.data.loading import load_dataset
+from brnn_core.training.allocator import tune_malloc
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # the folder brnn_core/ sits in: the child imports it from there
 
@@ -27,7 +27,7 @@ class Child:
 
     Every side of a training or evaluation comparison runs in a child of its own, so that each
     gets a fresh process as a real run does: the blog script in a plain one, brnn_core's engine
-    with glibc's allocator tuned as the training worker tunes it (brnn_core.allocator), and
+    with glibc's allocator tuned as the training worker tunes it (brnn_core.training.allocator), and
     process history (heap state, caches) favours neither side. The parent sends one request at a
     time and waits for the answer, so the sides run strictly one after the other (A B A B ...),
     never at the same time.

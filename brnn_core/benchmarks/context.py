@@ -10,8 +10,9 @@ from typing import TypeVar
 
 import torch
 
-from ..config import cpu_has_bf16
-from ..data import Dataset, DatasetError, load_dataset
+from brnn_core.data.datasets import Dataset, DatasetError
+from brnn_core.data.loading import load_dataset
+from brnn_core.devices import cpu_has_bf16
 
 T = TypeVar("T")
 
@@ -79,7 +80,7 @@ class Context:
     workdir: Path
     _datasets: dict = field(default_factory=dict)
     worker_peaks_mb: list[float] = field(default_factory=list)  # filled by the worker benchmark
-    tuned: bool = False  # brnn_core.allocator applied in this process (CPU, as the worker does)
+    tuned: bool = False  # brnn_core.training.allocator applied in this process (CPU, as the worker does)
 
     def dataset(self, name: str) -> Dataset:
         if name not in self._datasets:

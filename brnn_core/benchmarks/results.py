@@ -10,8 +10,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..fileio import atomic_write
-from .rows import Row
+from brnn_core.benchmarks.rows import Row
+from brnn_core.fileio import atomic_write
 
 CSV_FIELDS = ["bench", "case", "metric", "value", "unit", "lo", "hi", "spread_pct", "reps", "target", "met", "note"]
 META_IN_CSV = ["date", "device", "device_name", "cpu", "cores", "threads", "torch"]

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import torch
 
-from ..config import TrainConfig
-from ..data import batches, epoch_order
-from ..engine import evaluate, grad_scaler, make_optimizer, train_one_epoch
-from ..model import BiLSTM, ModelConfig
-from . import blog_baseline as blog
-from .context import timed
+from brnn_core.benchmarks import blog_baseline as blog
+from brnn_core.benchmarks.context import timed
+from brnn_core.config import TrainConfig
+from brnn_core.data.batching import batches, epoch_order
+from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.training.engine import evaluate, grad_scaler, make_optimizer, train_one_epoch
 
 
 class Trainer:

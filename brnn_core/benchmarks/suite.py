@@ -35,20 +35,22 @@ from pathlib import Path
 
 import torch
 
-from ..allocator import tune_malloc
-from ..config import TrainConfig, cpu_threads, device_problem, resolve_device
-from ..machine import machine_info
-from .bench_dashboard import bench_dashboard, bench_history
-from .bench_defaults import bench_concurrent, bench_defaults
-from .bench_eval import bench_eval
-from .bench_predict import bench_predict
-from .bench_scaling import bench_scaling
-from .bench_training import bench_amp, bench_train
-from .bench_worker import bench_memory, bench_worker
-from .child import serve
-from .context import Context, Sizes
-from .results import clean_rows, format_table, write_results
-from .rows import Row
+from brnn_core.benchmarks.bench_dashboard import bench_dashboard, bench_history
+from brnn_core.benchmarks.bench_defaults import bench_concurrent, bench_defaults
+from brnn_core.benchmarks.bench_eval import bench_eval
+from brnn_core.benchmarks.bench_predict import bench_predict
+from brnn_core.benchmarks.bench_scaling import bench_scaling
+from brnn_core.benchmarks.bench_training import bench_amp, bench_train
+from brnn_core.benchmarks.bench_worker import bench_memory, bench_worker
+from brnn_core.benchmarks.child import serve
+from brnn_core.benchmarks.context import Context, Sizes
+from brnn_core.benchmarks.machine import machine_info
+from brnn_core.benchmarks.results import clean_rows, format_table, write_results
+from brnn_core.benchmarks.rows import Row
+from brnn_core.config import TrainConfig
+from brnn_core.devices import device_problem, resolve_device
+from brnn_core.training.allocator import tune_malloc
+from brnn_core.training.threads import cpu_threads
 
 BENCHES = ("train", "amp", "worker", "eval", "predict", "scaling", "memory", "defaults", "concurrent", "dashboard",
            "history")

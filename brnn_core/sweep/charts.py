@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..charts import LAYOUT, note_if_empty
-from .records import METRICS, trial_number
+from brnn_core.charts import LAYOUT, note_if_empty
+from brnn_core.sweep.records import METRICS, trial_number
 
 
 def curves_figure(curves: dict[str, pd.DataFrame], metric: str, *, revision: str = "sweep") -> go.Figure:

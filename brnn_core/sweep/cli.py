@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .plan import SCHEDULERS, SweepRequest
-from .records import METRICS
+from brnn_core.sweep.plan import DEFAULT_KEEP_BEST, SCHEDULERS, SweepRequest
+from brnn_core.sweep.records import METRICS
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -29,7 +29,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     sw.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $BRNN_RUNS_DIR or ./runs)")
     sw.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
     sw.add_argument("--name", default=None, help="a name for the sweep (part of its id)")
-    sw.add_argument("--keep-best", type=int, default=3, metavar="K",
+    sw.add_argument("--keep-best", type=int, default=DEFAULT_KEEP_BEST, metavar="K",
                     help="ended trials keeping last.pt: the best K (default 3); the others keep best.pt only")
     sw.add_argument("--keep-all-checkpoints", action="store_true", help="keep every trial's last.pt")
     sw.add_argument("--resume", metavar="SWEEP_ID", help="continue an interrupted sweep")
@@ -47,34 +47,31 @@ def request_from(args) -> SweepRequest:
 
 
 def cmd_sweep(args) -> int:
-    from ..cli import BadInput, ensure_dataset
-    from ..data import default_data_dir
-    from ..runs import RunError, default_runs_dir
-    from .plan import plan_sweep
-    from .runner import resume_sweep, run_sweep
-    from .space import SweepError
+    from brnn_core.data.datasets import default_data_dir
+    from brnn_core.data.loading import ensure_dataset
+    from brnn_core.runs.rundir import default_runs_dir
+    from brnn_core.sweep.plan import plan_sweep
+    from brnn_core.sweep.runner import resume_sweep, run_sweep
+    from brnn_core.sweep.space import SweepError
 
     runs_dir = (args.runs_dir or default_runs_dir()).resolve()
     data_dir = (args.data_dir or default_data_dir()).resolve()
     printer = lambda line: print(line, flush=True)  # noqa: E731
-    try:
-        if args.resume:
-            planned = {"--search": args.search, "--set": args.set, "--config": args.config, "--trials": args.trials,
-                       "--scheduler": args.scheduler != "fifo", "--metric": args.metric != "val_loss",
-                       "--perturbation-interval": args.perturbation_interval, "--concurrency": args.concurrency,
-                       "--cpus-per-trial": args.cpus_per_trial, "--gpus-per-trial": args.gpus_per_trial,
-                       "--address": args.address, "--name": args.name, "--keep-best": args.keep_best != 3,
-                       "--keep-all-checkpoints": args.keep_all_checkpoints}
-            given = [flag for flag, value in planned.items() if value]
-            if given:
-                raise SweepError(f"--resume continues a sweep as it was planned (its sweep.json): drop "
-                                 f"{', '.join(given)}")
-            return resume_sweep(args.resume, runs_dir, printer)
-        request = request_from(args)
-        plan = plan_sweep(request, runs_dir, data_dir)
-        for dataset in plan.datasets():  # a missing download fails here, before Ray starts (and once, not per trial)
-            ensure_dataset(dataset, data_dir)
-        return run_sweep(plan, request, runs_dir, data_dir, printer)
-    except (SweepError, RunError) as exc:
-        raise BadInput(str(exc)) from None
+    if args.resume:
+        planned = {"--search": args.search, "--set": args.set, "--config": args.config, "--trials": args.trials,
+                   "--scheduler": args.scheduler != "fifo", "--metric": args.metric != "val_loss",
+                   "--perturbation-interval": args.perturbation_interval, "--concurrency": args.concurrency,
+                   "--cpus-per-trial": args.cpus_per_trial, "--gpus-per-trial": args.gpus_per_trial,
+                   "--address": args.address, "--name": args.name, "--keep-best": args.keep_best != DEFAULT_KEEP_BEST,
+                   "--keep-all-checkpoints": args.keep_all_checkpoints}
+        given = [flag for flag, value in planned.items() if value]
+        if given:
+            raise SweepError(f"--resume continues a sweep as it was planned (its sweep.json): drop "
+                             f"{', '.join(given)}")
+        return resume_sweep(args.resume, runs_dir, printer)
+    request = request_from(args)
+    plan = plan_sweep(request, runs_dir, data_dir)
+    for dataset in plan.datasets():  # a missing download fails here, before Ray starts (and once, not per trial)
+        ensure_dataset(dataset, data_dir)
+    return run_sweep(plan, request, runs_dir, data_dir, printer)
 

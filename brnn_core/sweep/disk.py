@@ -14,9 +14,9 @@ from __future__ import annotations
 import shutil
 import time
 
-from ..runs import Run
-from ..states import State
-from .records import Sweep, ranked
+from brnn_core.runs.rundir import Run
+from brnn_core.states import State
+from brnn_core.sweep.records import Sweep, ranked
 
 PRUNED_NOTE = "last.pt was removed to save disk (best.pt is kept), so this run cannot be resumed"
 

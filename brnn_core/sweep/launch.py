@@ -1,8 +1,8 @@
 """The dashboard starting a sweep: the same `python -m brnn_core sweep` command, in the background.
 
 The Sweep page checks the request with `plan_sweep` (so its form shows the CLI's messages inline),
-then `SweepRegistry.start` spawns the driver in its own session with its output in the sweep's
-driver.log. Like a run, a sweep lives on disk: the page reads sweep.json and the trials' run
+then `start_sweep` spawns the driver (through the same job registry as runs) in its own session with its
+output in the sweep's driver.log. Like a run, a sweep lives on disk: the page reads sweep.json and the trials' run
 directories; the registry only remembers the processes this server started, to reap them and to
 show why one ended before it wrote sweep.json.
 """
@@ -12,13 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
-from ..jobs import active_runs
-from ..runs import RunError
-from .plan import SweepRequest, plan_sweep
-from .records import Sweep, active_sweeps, sweeps_dir
+from brnn_core.runs.jobs import JobRegistry
+from brnn_core.sweep.plan import SweepRequest, plan_sweep
+from brnn_core.sweep.records import Sweep, active_sweeps, sweeps_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,32 +47,12 @@ def spawn_sweep(runs_dir: Path, data_dir: Path, request: SweepRequest) -> tuple[
     return plan.sweep_id, proc
 
 
-class SweepRegistry:
-    """Sweep drivers this server started, by sweep id. Shared by every session (st.cache_resource): locked."""
+def sweep_busy(runs_dir: Path) -> str | None:
+    """What the job registry also waits for: a sweep that is running (started here or from the command line)."""
+    running = active_sweeps(runs_dir)
+    return f"sweep {running[0].id} is still running" if running else None
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, runs_dir: Path, data_dir: Path, request: SweepRequest) -> str:
-        """Start a sweep unless one (or a single run) is training: the cores would be shared."""
-        with self._lock:
-            self._reap()
-            if any(p.poll() is None for p in self._procs.values()) or active_sweeps(runs_dir):
-                raise RunError("a sweep is already running; stop it (or wait for it) before starting another")
-            busy = active_runs(runs_dir)
-            if busy:
-                raise RunError(f"run {busy[0].id} is {busy[0].status()['state']}; stop it before starting a sweep")
-            sweep_id, proc = spawn_sweep(runs_dir, data_dir, request)
-            self._procs[sweep_id] = proc
-            return sweep_id
-
-    def starting(self, sweep_id: str) -> subprocess.Popen | None:
-        """The driver process of a sweep started here, while it has not written sweep.json."""
-        with self._lock:
-            return self._procs.get(sweep_id)
-
-    def _reap(self) -> None:
-        for sweep_id, proc in list(self._procs.items()):
-            if proc.poll() is not None:
-                del self._procs[sweep_id]
+def start_sweep(registry: JobRegistry, runs_dir: Path, data_dir: Path, request: SweepRequest) -> str:
+    """Start a sweep through the one job registry (not while a run or another sweep trains); its id."""
+    return registry.launch(runs_dir, "sweep", "starting a sweep", lambda: spawn_sweep(runs_dir, data_dir, request))

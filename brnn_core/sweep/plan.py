@@ -12,12 +12,13 @@ import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..config import ConfigError, TrainConfig
-from .records import METRICS, new_sweep_id, sweeps_dir
-from .space import SearchSpec, SweepError, default_samples, parse_search, trial_count
+from brnn_core.config import ConfigError, TrainConfig, load_train_config
+from brnn_core.sweep.records import METRICS, new_sweep_id, sweeps_dir
+from brnn_core.sweep.space import SearchSpec, SweepError, default_samples, parse_search, trial_count
 
 SCHEDULERS = ("fifo", "asha", "pbt")
 DEFAULT_GPU_SHARE = 0.25  # four small BiLSTMs per GPU by default (bench/README.md, "Sweeps")
+DEFAULT_KEEP_BEST = 3  # ended trials that keep last.pt (the best k); the others keep best.pt only
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -37,7 +38,7 @@ class SweepRequest:
     gpus_per_trial: float | None = None
     address: str | None = None
     name: str | None = None
-    keep_best: int = 3
+    keep_best: int = DEFAULT_KEEP_BEST
     keep_all: bool = False
     sweep_id: str | None = None
 
@@ -84,12 +85,7 @@ class SweepPlan:
 
 def base_config(request: SweepRequest, data_dir: Path) -> TrainConfig:
     """--config then --set, read exactly as `train` reads them."""
-    from types import SimpleNamespace
-
-    from ..cli import load_train_config
-
-    return load_train_config(SimpleNamespace(config=request.config, set=request.sets), data_dir,
-                             check_device=request.address is None)
+    return load_train_config(request.config, request.sets, data_dir, check_device=request.address is None)
 
 
 def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPlan:

@@ -27,10 +27,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..fileio import append_line, atomic_write_json, read_complete_lines, read_json
-from ..runs import Run, RunError, last_pt_pruned, now_iso, validate_run_id, worker_alive
-from ..states import ACTIVE_STATES, State
-from .space import SearchSpec
+from brnn_core.fileio import append_line, atomic_write_json, read_complete_lines, read_json
+from brnn_core.runs.rundir import Run, RunError, last_pt_pruned, now_iso, validate_run_id, worker_alive
+from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.sweep.space import SearchSpec
 
 FORMAT_VERSION = 1
 SWEEP_STATES = (State.RUNNING, State.FINISHED, State.STOPPED, State.FAILED, State.INTERRUPTED)

@@ -27,11 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..states import ACTIVE_STATES, State
-from .disk import prune_sweep, prune_tune_checkpoints
-from .plan import SweepPlan, SweepRequest, cluster_address, describe, fit_cluster, local_gpus
-from .records import FORMAT_VERSION, Sweep, best_trial, counts, resolve_sweep, sweeps_dir, trial_number
-from .space import SweepError
+from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.sweep.disk import prune_sweep, prune_tune_checkpoints
+from brnn_core.sweep.plan import SweepPlan, SweepRequest, cluster_address, describe, fit_cluster, local_gpus
+from brnn_core.sweep.records import FORMAT_VERSION, Sweep, best_trial, counts, resolve_sweep, sweeps_dir, trial_number
+from brnn_core.sweep.space import SweepError
 
 REPO = Path(__file__).resolve().parents[2]
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0",  # no usage reports (no traffic off this machine)
@@ -121,7 +121,7 @@ def run_sweep(plan: SweepPlan, request: SweepRequest, runs_dir: Path, data_dir: 
         printer(describe(plan))
         sweep = create_sweep(plan, sweep_dir, ray_dir, data_dir)
         printer(f"sweep folder: {sweep.path}  (Ray's logs: {ray_dir})")
-        from .tuning import build_tuner
+        from brnn_core.sweep.tuning import build_tuner
 
         return drive(sweep, build_tuner(plan, sweep, data_dir), plan, printer)
 
@@ -248,6 +248,6 @@ def resume_sweep(sweep_id: str, runs_dir: Path, printer=print) -> int:
                     resumed=[*(info.get("resumed") or []), time.time()])
         sweep.log_event("resume", f"resumed ({len(interrupted)} interrupted trial(s))")
         printer(f"resuming {describe(plan)}")
-        from .tuning import build_tuner
+        from brnn_core.sweep.tuning import build_tuner
 
         return drive(sweep, build_tuner(plan, sweep, Path(info["data_dir"]), restore=True), plan, printer)

@@ -17,13 +17,21 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ConfigError, TrainConfig
+from brnn_core.config import ConfigError, TrainConfig
 
 KINDS = ("choice", "grid", "uniform", "loguniform", "randint")
 RANGE_KINDS = ("uniform", "loguniform", "randint")
 NOT_SEARCHABLE = {"cpu_threads": "it is set by --cpus-per-trial (the trial's share of the CPU)",
                   "device": "every trial runs where the sweep's resources put it: set it with --set device=..., "
                             "and GPUs with --gpus-per-trial"}
+SEARCHABLE = tuple(f for f in TrainConfig.field_names() if f not in NOT_SEARCHABLE)
+# A starting spec per field for forms (the Sweep page): ranges that train in a few minutes on the sample.
+SUGGESTED_SPECS = {"lr": "loguniform:0.0003:0.03", "hidden_size": "choice:32,64,128", "num_layers": "choice:1,2",
+                   "batch_size": "choice:50,100,200", "dropout": "uniform:0:0.5", "grad_clip": "uniform:0.5:5",
+                   "weight_decay": "loguniform:0.00001:0.01", "optimizer": "choice:adam,adamw,sgd",
+                   "head": "choice:bidir,last", "seed": "randint:0:1000", "momentum": "uniform:0.5:0.99"}
+SPEC_HELP = ("choice:a,b,c (random pick) · grid:a,b,c (every value) · uniform:lo:hi · loguniform:lo:hi · "
+             "randint:lo:hi (both ends included)")
 PBT_FIELDS = ("lr", "grad_clip")  # what PBT may change inside a running trial (its live fields)
 SCHEDULED_EPOCHS = "the scheduler decides how long each trial trains: set epochs with --set, do not search it"
 

@@ -18,10 +18,10 @@ from ray.tune import Callback
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
 from ray.tune.stopper import Stopper
 
-from ..runs import Run
-from ..states import ACTIVE_STATES, ENDED_STATES, State
-from .disk import prune_sweep
-from .records import Sweep, best_trial, trial_number, trial_run_id
+from brnn_core.runs.rundir import Run
+from brnn_core.states import ACTIVE_STATES, ENDED_STATES, State
+from brnn_core.sweep.disk import prune_sweep
+from brnn_core.sweep.records import Sweep, best_trial, trial_number, trial_run_id
 
 
 class SweepControl:

@@ -25,13 +25,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import LIVE_FIELDS, TrainConfig
-from ..control import Controller
-from ..jobs import new_run_config
-from ..runs import Run, create_run
-from ..states import State
-from ..worker import run_training
-from .records import Sweep, trial_index, trial_run_id
+from brnn_core.config import LIVE_FIELDS, TrainConfig
+from brnn_core.runs.rundir import Run, create_run, new_run_config
+from brnn_core.states import State
+from brnn_core.sweep.records import Sweep, trial_index, trial_run_id
+from brnn_core.training.control import Controller
+from brnn_core.training.worker import run_training
 
 TUNE_MODEL = "model.pt"  # inside a Tune checkpoint: a copy of the trial's last.pt at that epoch
 TUNE_META = "trial.json"  # which run and step it came from

@@ -12,11 +12,11 @@ from pathlib import Path
 import psutil
 from ray import tune
 
-from .plan import SweepPlan
-from .records import Sweep
-from .space import to_mutation, to_tune
-from .steering import Asha, Fifo, Pbt, SweepCallback, SweepControl, SweepStopper
-from .trial import TrialSetup, train_trial
+from brnn_core.sweep.plan import SweepPlan
+from brnn_core.sweep.records import Sweep
+from brnn_core.sweep.space import to_mutation, to_tune
+from brnn_core.sweep.steering import Asha, Fifo, Pbt, SweepCallback, SweepControl, SweepStopper
+from brnn_core.sweep.trial import TrialSetup, train_trial
 
 # Reusing a trial's Ray worker for the next trial (or a PBT restart) saves a process start and torch import
 # each time; every run sets its own seed, threads and device, so nothing carries over but the process.

@@ -22,16 +22,19 @@ import re
 import secrets
 import shutil
 import socket
+import sys
 import time
+import uuid
+from importlib.metadata import PackageNotFoundError, version
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from .control import command_line
-from .fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
-from .states import ACTIVE_STATES, State
+from brnn_core import __version__
+from brnn_core.fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
+from brnn_core.states import ACTIVE_STATES, State
 
 METRIC_COLUMNS = ["step", "epoch", "split", "loss", "accuracy", "lr", "samples_per_s", "elapsed_s"]
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -251,42 +254,6 @@ def list_runs(runs_dir: Path) -> list[Run]:
     return sorted(runs, key=lambda r: r.id, reverse=True)
 
 
-SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "batch", "lr", "optimizer",
-                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent"]
-
-
-def summary(run: Run) -> dict:
-    """One row of the runs table, read afresh (a RunIndex keeps them between calls)."""
-    from .run_index import summary_row, val_summary
-
-    return summary_row(run.id, run.config(), run.status(), val_summary(read_complete_lines(run.metrics_path)[0]))
-
-
-def runs_table(runs_dir: Path) -> pd.DataFrame:
-    """Every run's summary row, newest first, read afresh (the pages keep a `run_index.RunIndex` instead)."""
-    from .run_index import RunIndex
-
-    return RunIndex(runs_dir).table()
-
-
-@dataclass
-class RunData:
-    """A whole run read into memory for pandas users."""
-
-    run_id: str
-    config: dict
-    status: dict
-    metrics: pd.DataFrame
-    events: pd.DataFrame
-
-
-def read_run(path: Path | str) -> RunData:
-    run = Run(Path(path))
-    if not run.exists():
-        raise RunError(f"{path}: not a run directory (no config.json)")
-    return RunData(run.id, run.config(), run.status(), run.metrics(), pd.DataFrame(run.events()))
-
-
 def delete_run(runs_dir: Path, run_id: str) -> None:
     """Remove a finished run; an active run must be stopped first."""
     run = resolve_run(runs_dir, validate_run_id(run_id))
@@ -297,19 +264,25 @@ def delete_run(runs_dir: Path, run_id: str) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-@dataclass(frozen=True)
-class CheckpointChoice:
-    """A saved checkpoint a user can pick: which run, best or last, and how good it was."""
-
-    run_id: str
-    kind: str  # "best" (lowest validation loss) or "last"
-    path: Path
-    val_acc: float | None  # validation accuracy when it was saved (None before the first epoch ended)
+COMMANDS = ("pause", "resume", "stop", "set")  # "set" carries field and value (a LIVE_FIELDS name)
 
 
-def checkpoint_choices(runs_dir: Path) -> list[CheckpointChoice]:
-    """Every run's best.pt and last.pt, highest validation accuracy first (best.pt before last.pt on a tie),
-    read afresh (the pages keep a `run_index.RunIndex` instead)."""
-    from .run_index import RunIndex
+def command_line(cmd: str, time_iso: str, **args) -> tuple[str, str]:
+    """(id, JSON line) for one command; `Run.send_command` appends it to control.jsonl."""
+    cid = uuid.uuid4().hex[:12]
+    return cid, json.dumps({"id": cid, "cmd": cmd, "time": time_iso, **args})
 
-    return RunIndex(runs_dir).checkpoint_choices()
+
+def new_run_config(cfg: TrainConfig, data_dir: Path | None) -> dict:
+    return {"train": cfg.to_dict(), "dataset": cfg.dataset,
+            "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
+            "versions": {"brnn_core": __version__, "torch": _version("torch"), "python": sys.version.split()[0]},
+            "created": time.time()}
+
+
+def _version(package: str) -> str | None:
+    """An installed package's version without importing it (the pages create runs; torch takes seconds)."""
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None

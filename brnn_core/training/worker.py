@@ -25,23 +25,25 @@ from pathlib import Path
 
 import torch
 
-from .allocator import tune_malloc
-from .branch import drop_start_copy, start_branch, unstarted_branch
-from .checkpoint import CheckpointError, load_checkpoint
-from .config import LIVE_FIELDS, TrainConfig, resolve_augment, resolve_device
-from .control import Controller
-from .data import DatasetError, load_dataset, split_train_val
-from .engine import FitResult, evaluate, fit, grad_scaler, make_optimizer
-from .fileio import atomic_write, atomic_write_json
-from .finetune import DrawingMix, load_initial_weights
-from .loss_scaling import LossScaler
-from .model import BiLSTM, ModelConfig
-from .recorder import Position, Printer, Recorder
-from .reports import write_report
-from .runs import Run
-from .states import State
-from .threads import ThreadKeeper, release_claim
-from .warmstart import start_from_checkpoint
+from brnn_core.checkpoint import CheckpointError, load_checkpoint
+from brnn_core.config import LIVE_FIELDS, TrainConfig, resolve_augment
+from brnn_core.data.batching import split_train_val
+from brnn_core.data.datasets import DatasetError
+from brnn_core.data.loading import load_dataset
+from brnn_core.devices import resolve_device
+from brnn_core.fileio import atomic_write_json
+from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.runs.rundir import Run
+from brnn_core.states import State
+from brnn_core.training.allocator import tune_malloc
+from brnn_core.training.control import Controller
+from brnn_core.training.drawing_mix import DrawingMix
+from brnn_core.training.engine import FitResult, evaluate, fit, grad_scaler, make_optimizer
+from brnn_core.training.loss_scaling import LossScaler
+from brnn_core.training.recorder import Printer, Recorder
+from brnn_core.training.reports import write_report
+from brnn_core.training.threads import ThreadKeeper, release_claim
+from brnn_core.training.warmstart import begin_from, drop_start_copy
 
 
 def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
@@ -143,32 +145,6 @@ def load_splits(cfg: TrainConfig, data_dir: Path, device: torch.device, progress
     return Splits(*(t.to(device) for t in tensors), classes=ds.classes, source=ds.source)
 
 
-def restore(run: Run, model: BiLSTM, optimizer: torch.optim.Optimizer, settings: dict,
-            source: Path | None = None, *, scaler: torch.amp.GradScaler | None = None) -> Position:
-    """Continue from the run's last.pt (or `source`): weights, optimizer state, live settings and the fp16
-    loss scale; returns where it was."""
-    if source is None and not run.last_ckpt.is_file():
-        run.log_event("resume", "no checkpoint was saved yet: starting again from step 0", step=0)
-        run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])
-        return Position()
-    path = source or run.last_ckpt
-    ckpt = load_checkpoint(path)
-    try:  # a last.pt of another architecture: name the layers and shapes, not torch's raw error
-        start_from_checkpoint(ckpt, model, optimizer, settings, ckpt.train_config.get("live", {}))
-    except CheckpointError as exc:
-        raise CheckpointError(f"{path} does not belong to this run: {exc}") from None
-    if scaler is not None and ckpt.scaler_state:
-        scaler.load_state_dict(ckpt.scaler_state)
-    best_val = load_checkpoint(run.best_ckpt).metrics.get("val_loss", math.inf) if run.best_ckpt.is_file() \
-        else math.inf
-    dropped = drop_metrics_after(run, ckpt.step)
-    run.log_event("resume", f"resumed from {'last.pt' if source is None else source} at epoch {ckpt.epoch}, "
-                            f"step {ckpt.step}"
-                  + (f" ({dropped} metric rows logged after that checkpoint were dropped)" if dropped else ""),
-                  step=ckpt.step)
-    return Position(ckpt.epoch, ckpt.batch_in_epoch, ckpt.step, best_val)
-
-
 def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
            after_epoch: Callable[[int, dict], None] | None, *, resume_from: Path | None = None,
            before_start: Callable[[Controller], None] | None = None) -> str:
@@ -184,18 +160,15 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     splits = load_splits(cfg, data_dir, device, progress=lambda msg: run.write_status(message=msg))
     torch.manual_seed(cfg.seed)
     model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
-    init_note = load_initial_weights(model, cfg, splits.classes)  # fine-tuning: cfg.init_from's weights
+    optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
+    settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
+    scaler = grad_scaler(device, cfg.amp)  # fp16 only; lives in last.pt with the optimizer
+    start, init_note = begin_from(run, cfg, model, optimizer, settings, splits.classes, resume=resume,
+                                  resume_from=resume_from, scaler=scaler)
     mix = DrawingMix.prepare(cfg, data_dir, splits.classes, device, len(splits.train_y))  # None unless asked
     if mix is not None:  # the user's drawings mixed into the training split; held-out accuracy "before"
         splits.train_x, splits.train_y = mix.mixed(splits.train_x, splits.train_y)
         config["my_drawings"] = mix.record(model, cfg, config.get("my_drawings"))
-    optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
-    settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
-    scaler = grad_scaler(device, cfg.amp)  # fp16 only; lives in last.pt with the optimizer
-    if unstarted_branch(run):  # a branch's first start: from its parent's checkpoint (branch.py)
-        start = start_branch(run, cfg, model, optimizer, settings)
-    else:
-        start = restore(run, model, optimizer, settings, resume_from, scaler=scaler) if resume else Position()
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
                   classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset))
@@ -307,22 +280,6 @@ def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits,
                      test_acc=test.accuracy, test_loss=test.loss, **recorder.status_extra())
     recorder.printer("test", {"loss": test.loss, "accuracy": test.accuracy, "per_class": test.per_class})
     return State.FINISHED
-
-
-def drop_metrics_after(run: Run, step: int) -> int:
-    """Remove metrics rows past `step` (logged after the checkpoint a resume starts from), so no step repeats."""
-    lines = run.metrics_path.read_text().splitlines(keepends=True)
-    keep = [lines[0]] + [line for line in lines[1:] if line.endswith("\n") and _row_step(line) <= step]
-    if len(keep) != len(lines):
-        atomic_write(run.metrics_path, lambda fh: fh.write("".join(keep).encode()))
-    return len(lines) - len(keep)
-
-
-def _row_step(line: str) -> float:
-    try:
-        return float(line.split(",", 1)[0])
-    except ValueError:
-        return math.inf
 
 
 def device_name(device: torch.device) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from .fileio import atomic_write
+from brnn_core.fileio import atomic_write
 
 UPLOADS_FOLDER = ".uploads"
 ALLOWED_SUFFIXES = (".pt", ".ckpt", ".pth")

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .augment import Augmenter
-from .checkpoint import save_checkpoint
-from .config import TrainConfig
-from .engine import EpochResult, EvalResult, FitHooks, LogPoint, weights_finite
-from .loss_scaling import LossScaler
-from .runs import Run
-from .states import State
+from brnn_core.checkpoint import save_checkpoint
+from brnn_core.config import TrainConfig
+from brnn_core.data.augment import Augmenter
+from brnn_core.runs.rundir import Run
+from brnn_core.states import State
+from brnn_core.training.engine import EpochResult, EvalResult, FitHooks, LogPoint, weights_finite
+from brnn_core.training.loss_scaling import LossScaler
 
 CHECKPOINT_EVERY_S = 30.0  # also save last.pt this often mid-epoch, so a kill loses little
 SKIP_WARN_FRACTION = 0.5  # fp16: warn when more than this share of a log window's steps were skipped

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import load_checkpoint
-from .data import load_dataset
-from .engine import EvalResult, confusion_matrix, evaluate
-from .fileio import atomic_write_json, read_json
-from .runs import Run
+from brnn_core.checkpoint import load_checkpoint
+from brnn_core.data.loading import load_dataset
+from brnn_core.fileio import atomic_write_json, read_json
+from brnn_core.runs.rundir import Run
+from brnn_core.training.engine import EvalResult, confusion_matrix, evaluate
 
 MISCLASSIFIED_KEPT = 200
 
@@ -33,7 +33,7 @@ def write_report(run: Run, test: EvalResult, truth: torch.Tensor, classes: list[
         "misclassified": [{"index": int(i), "true": int(truth[i]), "pred": int(test.predictions[i]),
                            "confidence": float(confidence[i])} for i in wrong],
     }
-    report.update(extra or {})  # e.g. my_drawings: held-out accuracy before/after (brnn_core.finetune)
+    report.update(extra or {})  # e.g. my_drawings: held-out accuracy before/after (brnn_core.training.drawing_mix)
     atomic_write_json(run.path / "report.json", report)
     return report
 

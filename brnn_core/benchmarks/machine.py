@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
+from brnn_core import __version__
 
 
 def cpu_model() -> str:
@@ -33,7 +33,7 @@ def cpu_model() -> str:
 
 def git_commit() -> str | None:
     """HEAD of the source tree, read without writing anything."""
-    root = Path(__file__).resolve().parent.parent  # the checkout brnn_core/ sits in
+    root = Path(__file__).resolve().parents[2]  # the checkout brnn_core/ sits in
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, timeout=5)

@@ -1,4 +1,4 @@
-"""Training and evaluation loops. The train/eval mode switch lives here, in `mode()`, only.
+"""Training and evaluation loops. Every train/eval switch goes through `model.mode()`.
 
 The blog script called `model.eval()` to validate and never switched back, so epoch 2
 ran backward in eval mode, which cuDNN's LSTM refuses ("cudnn RNN backward can only be
@@ -17,26 +17,16 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .data import to_input
-from .loss_scaling import LossScaler
-
-
-@contextlib.contextmanager
-def mode(model: nn.Module, training: bool) -> Iterator[nn.Module]:
-    """Put `model` in training or eval mode for the block, then restore its previous mode."""
-    previous = model.training
-    model.train(training)
-    try:
-        yield model
-    finally:
-        model.train(previous)
+from brnn_core.data.batching import to_input
+from brnn_core.model import mode
+from brnn_core.training.loss_scaling import LossScaler
 
 
 def autocast(device: torch.device, amp: str):
@@ -343,7 +333,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
     `hooks.augment` changes training batches only: validation here (and the test set in the worker) goes
     through `evaluate`, which never augments. `scaler`: fp16 loss scaling made by the caller (who saves and
     restores it with the checkpoints); made here when amp is fp16 and none is given."""
-    from .data import batches, epoch_order
+    from brnn_core.data.batching import batches, epoch_order
 
     hooks = hooks or FitHooks()
     total_epochs = hooks.epochs or (lambda: epochs)

@@ -12,25 +12,17 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from typing import TYPE_CHECKING
 
-from .config import LIVE_FIELDS, TrainConfig
-from .fileio import read_complete_lines
-from .states import State
+from brnn_core.config import LIVE_FIELDS, TrainConfig
+from brnn_core.fileio import read_complete_lines
+from brnn_core.states import State
 
 if TYPE_CHECKING:
     import torch
 
-COMMANDS = ("pause", "resume", "stop", "set")  # "set" carries field and value (a LIVE_FIELDS name)
 HEARTBEAT_S = 1.0
 PAUSE_POLL_S = 0.1
-
-
-def command_line(cmd: str, time_iso: str, **args) -> tuple[str, str]:
-    """(id, JSON line) for one command; `Run.send_command` appends it to control.jsonl."""
-    cid = uuid.uuid4().hex[:12]
-    return cid, json.dumps({"id": cid, "cmd": cmd, "time": time_iso, **args})
 
 
 class Controller:

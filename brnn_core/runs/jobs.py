@@ -13,13 +13,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
-from .config import TrainConfig
-from .runs import Run, RunError, create_run, list_runs
-from .states import ACTIVE_STATES, State
+from brnn_core.config import TrainConfig
+from brnn_core.runs.branch import create_branch
+from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config
+from brnn_core.states import ACTIVE_STATES, State
 
 
 def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
@@ -43,7 +43,7 @@ def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False
     with open(run.path / "worker.log", "ab") as log:
         proc = subprocess.Popen(worker_command(run.path, resume=resume), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                cwd=str(Path(__file__).resolve().parent.parent))
+                                cwd=str(Path(__file__).resolve().parents[2]))
     import psutil
 
     try:
@@ -61,70 +61,79 @@ def start_worker(runs_dir: Path, cfg: TrainConfig, *, data_dir: Path | None = No
     return run, spawn_worker(run, data_dir=data_dir)
 
 
-def new_run_config(cfg: TrainConfig, data_dir: Path | None) -> dict:
-    from . import __version__
-
-    return {"train": cfg.to_dict(), "dataset": cfg.dataset,
-            "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
-            "versions": {"brnn_core": __version__, "torch": torch.__version__, "python": sys.version.split()[0]},
-            "created": time.time()}
-
-
 def active_runs(runs_dir: Path) -> list[Run]:
     """Runs whose worker is alive and not finished (queued, loading, running, paused, stopping)."""
     return [r for r in list_runs(runs_dir) if r.status().get("state") in ACTIVE_STATES]
 
 
 class JobRegistry:
-    """Processes this server started, by run id: only to reap them; disk is the truth.
+    """Every background job this server started, training workers and sweep drivers, in one place.
 
+    One job trains at a time (they would share the cores): `launch` refuses, under one lock, while a run is
+    active on disk, while a sweep driver started here is alive, or while `also_busy` names something (the
+    sweep layer passes its check for sweeps started from the command line). The processes are kept only to
+    reap them and to show a sweep driver that has not written its sweep.json yet; disk is the truth.
     Shared by every browser session through `st.cache_resource`, hence the lock.
     """
 
-    def __init__(self):
+    def __init__(self, also_busy: Callable[[Path], str | None] | None = None):
         self._lock = threading.Lock()
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[str, tuple[str, subprocess.Popen]] = {}  # id -> (kind: run | sweep, process)
+        self._also_busy = also_busy
 
-    def _refuse_if_busy(self, runs_dir: Path, doing: str) -> None:
-        """One run trains at a time: raise naming the active one (call with the lock held)."""
-        self.reap()
+    def launch(self, runs_dir: Path, kind: str, doing: str, spawn: Callable[[], tuple[str, subprocess.Popen]]) -> str:
+        """Refuse if something is training, else `spawn()` and keep its (id, process); returns the id."""
+        with self._lock:
+            self.reap()
+            problem = self._busy(runs_dir)
+            if problem:
+                raise RunError(f"{problem}; stop it (or wait for it) before {doing}")
+            job_id, proc = spawn()
+            self._procs[job_id] = (kind, proc)
+            return job_id
+
+    def _busy(self, runs_dir: Path) -> str | None:
+        sweeps = [job_id for job_id, (kind, _) in self._procs.items() if kind == "sweep"]
+        if sweeps:
+            return f"sweep {sweeps[0]} is still running"
         busy = active_runs(runs_dir)
         if busy:
-            raise RunError(f"run {busy[0].id} is still {busy[0].status()['state']}; "
-                           f"stop it (or wait for it) before {doing}")
+            return f"run {busy[0].id} is still {busy[0].status()['state']}"
+        return self._also_busy(runs_dir) if self._also_busy else None
 
     def start(self, runs_dir: Path, cfg: TrainConfig, *, data_dir: Path | None = None) -> Run:
         """Start a run unless one is already training: two quick clicks start exactly one."""
-        with self._lock:
-            self._refuse_if_busy(runs_dir, "starting another")
+        def spawn():
             run, proc = start_worker(runs_dir, cfg, data_dir=data_dir)
-            self._procs[run.id] = proc
-            return run
+            return run.id, proc
+
+        return Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting another", spawn))
 
     def branch(self, runs_dir: Path, parent_ref: str, kind: str = "last", overrides: dict | None = None, *,
                data_dir: Path | None = None) -> Run:
-        """Create a branch of `parent_ref` (branch.create_branch) and start it, under the same one-run rule."""
-        from .branch import create_branch
-
-        with self._lock:
-            self._refuse_if_busy(runs_dir, "starting a branch")
+        """Create a branch of `parent_ref` (branch.create_branch) and start it, under the same one-job rule."""
+        def spawn():
             run = create_branch(runs_dir, parent_ref, kind, overrides, data_dir=data_dir)
-            self._procs[run.id] = spawn_worker(run, data_dir=data_dir)
-            return run
+            return run.id, spawn_worker(run, data_dir=data_dir)
+
+        return Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting a branch", spawn))
 
     def resume(self, run: Run, *, data_dir: Path | None = None) -> None:
-        with self._lock:
-            self._refuse_if_busy(run.path.parent, "resuming another")
+        def spawn():
             run.write_status(state=State.QUEUED, message="resuming", pid=None, created=time.time())
-            self._procs[run.id] = spawn_worker(run, data_dir=data_dir, resume=True)
+            return run.id, spawn_worker(run, data_dir=data_dir, resume=True)
 
-    def reap(self) -> None:
-        """Collect exit codes of finished workers so no zombies pile up."""
-        for run_id, proc in list(self._procs.items()):
-            if proc.poll() is not None:
-                del self._procs[run_id]
+        self.launch(run.path.parent, "run", "resuming another", spawn)
 
-    def running_ids(self) -> list[str]:
+    def process(self, job_id: str) -> subprocess.Popen | None:
+        """The process of a job started here while it runs (a sweep driver before it writes sweep.json)."""
         with self._lock:
             self.reap()
-            return list(self._procs)
+            found = self._procs.get(job_id)
+            return found[1] if found else None
+
+    def reap(self) -> None:
+        """Collect exit codes of finished jobs so no zombies pile up."""
+        for job_id, (_, proc) in list(self._procs.items()):
+            if proc.poll() is not None:
+                del self._procs[job_id]

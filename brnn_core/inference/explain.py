@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .engine import mode
+from brnn_core.model import mode
 
 IG_STEPS = 32  # integration steps; the completeness gap at 32 is a few % of the logit change (tests)
 IG_MAX_STEPS = 512  # refined up to this many when the gap is larger (a model with saturated gates)

@@ -3,7 +3,7 @@
 Two `TrainConfig` fields drive it, and the worker calls the pieces here:
 - `init_from`: a checkpoint whose weights the run starts from (fine-tuning instead of random weights).
 - `my_drawings`: the share of the training images that are the user's drawings (the ones not held
-  out, see brnn_core.drawings), each repeated enough times to make up that share of an epoch.
+  out, see brnn_core.data.drawings), each repeated enough times to make up that share of an epoch.
 The held-out drawings are never trained on; their accuracy with the starting weights ("before",
 only when fine-tuning) and with the final best weights ("after") goes into the run's report.
 """
@@ -16,31 +16,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoint import CheckpointError, check_state_matches, load_checkpoint
-from .config import TrainConfig
-from .data import DatasetError
-from .drawings import as_tensors, drawings_dir, list_drawings
-from .engine import evaluate
-
-
-def load_initial_weights(model: nn.Module, cfg: TrainConfig, classes: list[str]) -> str | None:
-    """Copy `cfg.init_from`'s weights into `model`; a line for the event log, or None when not set."""
-    if not cfg.init_from:
-        return None
-    path = Path(cfg.init_from).expanduser()
-    ckpt = load_checkpoint(path)
-    mc = ckpt.model_config
-    fix = f"set hidden_size={mc.hidden_size} num_layers={mc.num_layers} head={mc.head} to match it"
-    if (mc.hidden_size, mc.num_layers, mc.head) != (cfg.hidden_size, cfg.num_layers, cfg.head):
-        raise CheckpointError(f"init_from {path} is a hidden {mc.hidden_size}, {mc.num_layers}-layer model with "
-                              f"head {mc.head}; this run asks for hidden {cfg.hidden_size}, {cfg.num_layers} layers, "
-                              f"head {cfg.head}: {fix}")
-    if mc.num_classes != len(classes) or (not ckpt.bare and list(ckpt.classes) != list(classes)):
-        raise CheckpointError(f"init_from {path} predicts {', '.join(ckpt.classes)}, but {cfg.dataset} has "
-                              f"{', '.join(classes)}: start from a checkpoint trained on {cfg.dataset}")
-    check_state_matches(model.state_dict(), ckpt.model_state)
-    model.load_state_dict(ckpt.model_state)
-    return f"weights from {path} (trained {ckpt.epoch} epochs, {ckpt.step} steps)"
+from brnn_core.config import TrainConfig
+from brnn_core.data.datasets import DatasetError
+from brnn_core.data.drawings import as_tensors, drawings_dir, list_drawings
+from brnn_core.training.engine import evaluate
 
 
 @dataclass

@@ -4,7 +4,7 @@
 call `create_branch`. A branch is an ordinary run directory whose config.json names its parent
 (`{"run_id", "checkpoint": "last"|"best", "step", "epoch"}`), with the parent's checkpoint
 hard-linked in as `checkpoints/parent.pt` (a snapshot: the parent may train on, or be deleted,
-before the branch starts). Its worker starts from that file (`start_branch`) until the branch has
+before the branch starts). Its worker starts from that file (`training.warmstart.start_branch`) until the branch has
 a last.pt of its own; a stopped branch resumes from its own last.pt like any run.
 
 What may change: lr, grad_clip, epochs (the total, counting the parent's), optimizer, weight decay,
@@ -20,15 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from .config import TrainConfig
-from .data import DATASETS
-from .jobs import new_run_config
-from .recorder import Position
-from .runs import Run, RunError, create_run, resolve_run
-from .warmstart import start_from_checkpoint
+from brnn_core.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from brnn_core.config import TrainConfig
+from brnn_core.data.datasets import DATASETS
+from brnn_core.runs.rundir import new_run_config
+from brnn_core.runs.rundir import Run, RunError, create_run, resolve_run
 
 BRANCH_CHECKPOINTS = ("last", "best")
 ARCHITECTURE_FIELDS = ("hidden_size", "num_layers", "head")  # the checkpoint's weights fix these
@@ -149,57 +145,6 @@ def create_branch(runs_dir: Path, parent_ref: str | Path, kind: str = "last", ov
 def parent_of(run: Run) -> dict | None:
     parent = run.config().get("parent")
     return parent if isinstance(parent, dict) and parent.get("run_id") else None
-
-
-def unstarted_branch(run: Run) -> bool:
-    """A branch that has not saved a last.pt of its own yet: it starts from its parent's checkpoint."""
-    return parent_of(run) is not None and not run.last_ckpt.is_file()
-
-
-def start_branch(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 settings: dict) -> Position:
-    """Load the parent's checkpoint into the fresh model and optimizer; log how the branch starts."""
-    parent = parent_of(run)
-    where = f"{parent['run_id']}'s {parent.get('checkpoint', 'last')}.pt"
-    path = run.checkpoint_dir / PARENT_CKPT
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing: the copy of {where} this branch starts from is gone; "
-                              "create the branch again")
-    try:
-        warm = start_from_checkpoint(path, model, optimizer, settings)
-    except CheckpointError as exc:
-        raise CheckpointError(f"{where} does not fit this branch: {exc}") from None
-    run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])  # header only
-    ckpt, position = warm.checkpoint, warm.position
-    saved = ckpt.train_config
-    if position.batch and any(saved.get(k) != getattr(cfg, k) for k in ("dataset", "batch_size")):
-        position.batch = 0  # other batches: the unfinished epoch starts again from its first batch
-    state = "weights and optimizer state" if warm.optimizer_restored else \
-        f"weights, fresh optimizer state: {warm.fresh_reason}"
-    run.log_event("branch", f"branched from {where} at epoch {ckpt.epoch}, step {ckpt.step}: {state}",
-                  step=position.step, parent=parent["run_id"], checkpoint=parent.get("checkpoint"),
-                  optimizer_restored=warm.optimizer_restored)
-    log_changes(run, {**saved, **saved.get("live", {})}, cfg, position.step)
-    return position
-
-
-def log_changes(run: Run, before: dict, cfg: TrainConfig, step: int) -> None:
-    """One `set` event per field the branch changed, in the form of a live change (source: branch)."""
-    for name in TrainConfig.field_names():
-        old, new = before.get(name), getattr(cfg, name)
-        if old is not None and old != new:
-            run.log_event("set", f"{name} {_text(old)} -> {_text(new)} at step {step} (branch)", step=step,
-                          field=name, old=old, new=new, source="branch")
-
-
-def _text(value) -> str:
-    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
-
-
-def drop_start_copy(run: Run) -> None:
-    """Once a branch has its own last.pt, its copy of the parent's checkpoint is not needed again."""
-    if run.last_ckpt.is_file():
-        (run.checkpoint_dir / PARENT_CKPT).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- for the pages

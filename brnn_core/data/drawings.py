@@ -3,7 +3,7 @@
 Stored under `<data_dir>/my-drawings/`, three files per drawing, all named by its id:
 
   <id>.canvas.png   the canvas as drawn (RGBA, as the browser sent it)
-  <id>.input.png    the 28x28 grey image the model saw (inference.preprocess, 8 bit like MNIST)
+  <id>.input.png    the 28x28 grey image the model saw (canvas.preprocess, 8 bit like MNIST)
   <id>.json         {"label", "class_name", "classes", "created", "held_out"}, written last
 
 The .json is what makes a drawing exist, so a save cut short leaves no half drawing in the list.
@@ -28,7 +28,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .fileio import atomic_write, atomic_write_json
+from brnn_core.data.canvas import preprocess
+from brnn_core.fileio import atomic_write, atomic_write_json
 
 FOLDER = "my-drawings"
 NAME = "my-drawings"
@@ -80,8 +81,6 @@ def drawings_dir(data_dir: Path | str) -> Path:
 def save_drawing(data_dir: Path | str, canvas: np.ndarray, label: int, classes: list[str],
                  *, now: float | None = None) -> Drawing:
     """Save a canvas drawing as class `label` of `classes`; refuses a canvas with no ink."""
-    from .inference import preprocess
-
     classes = [str(c) for c in classes]
     if isinstance(label, bool) or not isinstance(label, int | np.integer) or not 0 <= int(label) < len(classes):
         raise DrawingError(f"label {label!r} is not a class here; use 0 to {len(classes) - 1} "
@@ -187,17 +186,6 @@ def as_tensors(listing: Listing, held_out: bool | None = None) -> tuple[torch.Te
     return x, y
 
 
-def load_drawings_dataset(data_dir: Path | str, classes: list[str] | None = None):
-    """The `my-drawings` dataset: training part = drawings not held out, test part = the held-out ones."""
-    from .data import MNIST_CLASSES, Dataset
-
-    classes = list(classes or MNIST_CLASSES)
-    listing = list_drawings(data_dir, classes)
-    train_x, train_y = as_tensors(listing, held_out=False)
-    test_x, test_y = as_tensors(listing, held_out=True)
-    return Dataset(NAME, classes, train_x, train_y, test_x, test_y, str(drawings_dir(data_dir)))
-
-
 def folder_signature(data_dir: Path | str) -> str:
     """Cheap fingerprint of the drawings folder (names, sizes, mtimes; no image read): a cache key."""
     folder = drawings_dir(data_dir)
@@ -206,16 +194,3 @@ def folder_signature(data_dir: Path | str) -> str:
     except OSError:
         return "none"
     return hashlib.sha1(repr(entries).encode()).hexdigest()[:16]
-
-
-def checkpoint_accuracy(checkpoint: Path | str, data_dir: Path | str) -> tuple[float, int] | None:
-    """(accuracy, drawings) of a checkpoint on every drawing labelled with its classes; None under
-    MIN_FOR_ACCURACY drawings. A checkpoint trained with my_drawings has seen the non-held-out ones."""
-    from .checkpoint import load_checkpoint
-    from .engine import evaluate
-
-    ckpt = load_checkpoint(checkpoint)
-    x, y = as_tensors(list_drawings(data_dir, ckpt.classes))
-    if len(y) < MIN_FOR_ACCURACY:
-        return None
-    return evaluate(ckpt.build_model("cpu"), x, y, num_classes=len(ckpt.classes)).accuracy, len(y)

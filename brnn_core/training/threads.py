@@ -198,3 +198,9 @@ class ThreadKeeper:
             return before_step(step) if before_step is not None else True
 
         return hook
+
+
+def cpu_threads(requested: int) -> int | None:
+    """Threads a CPU training process starts with on an otherwise idle machine: `requested`, or every core;
+    None keeps an explicit OMP_NUM_THREADS (the policy, and how it shares with other runs: threads.py)."""
+    return plan_threads(requested, cores=os.cpu_count() or 1, others=[], env=os.environ).threads

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .config import resolve_augment
+from brnn_core.config import resolve_augment
 
 
 @dataclass(frozen=True)

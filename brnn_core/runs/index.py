@@ -23,13 +23,27 @@ from pathlib import Path
 
 import pandas as pd
 
-from .fileio import read_complete_lines
-from .runs import METRIC_COLUMNS, SUMMARY_COLUMNS, CheckpointChoice, Run, true_status
-from .states import ACTIVE_STATES
+from brnn_core.fileio import read_complete_lines
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, true_status
+from brnn_core.states import ACTIVE_STATES
 
 FILES = ("config.json", "status.json", "metrics.csv")
 Signature = tuple[tuple[int, int, int] | None, ...]  # (mtime_ns, size, inode) of FILES, None for a missing file
 SETTLE_NS = 1_000_000_000  # file times move in clock ticks (ms): a folder changed this recently is checked fully
+
+
+SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "batch", "lr", "optimizer",
+                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent"]
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    """A saved checkpoint a user can pick: which run, best or last, and how good it was."""
+
+    run_id: str
+    kind: str  # "best" (lowest validation loss) or "last"
+    path: Path
+    val_acc: float | None  # validation accuracy when it was saved (None before the first epoch ended)
 
 
 @dataclass
@@ -293,3 +307,38 @@ class MetricsCache:
             while len(self._frames) > self.max_runs:  # dicts keep insertion order: drop the oldest
                 del self._frames[next(iter(self._frames))]
         return frame
+
+
+# ---------------------------------------------------------------- read afresh, for Python users
+def summary(run: Run) -> dict:
+    """One row of the runs table, read afresh (a RunIndex keeps them between calls)."""
+    return summary_row(run.id, run.config(), run.status(), val_summary(read_complete_lines(run.metrics_path)[0]))
+
+
+def runs_table(runs_dir: Path) -> pd.DataFrame:
+    """Every run's summary row, newest first, read afresh (the pages keep a `run_index.RunIndex` instead)."""
+    return RunIndex(runs_dir).table()
+
+
+@dataclass
+class RunData:
+    """A whole run read into memory for pandas users."""
+
+    run_id: str
+    config: dict
+    status: dict
+    metrics: pd.DataFrame
+    events: pd.DataFrame
+
+
+def read_run(path: Path | str) -> RunData:
+    run = Run(Path(path))
+    if not run.exists():
+        raise RunError(f"{path}: not a run directory (no config.json)")
+    return RunData(run.id, run.config(), run.status(), run.metrics(), pd.DataFrame(run.events()))
+
+
+def checkpoint_choices(runs_dir: Path) -> list[CheckpointChoice]:
+    """Every run's best.pt and last.pt, highest validation accuracy first (best.pt before last.pt on a tie),
+    read afresh (the pages keep a `run_index.RunIndex` instead)."""
+    return RunIndex(runs_dir).checkpoint_choices()

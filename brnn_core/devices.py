@@ -1,0 +1,94 @@
+"""Which devices and precisions this machine can train on: checks with messages, and the choice of device.
+
+Kept apart from `config` (which calls the checks to validate a TrainConfig) so that the checks that touch
+torch stay behind function-level imports: the config and the pages load without importing torch.
+"""
+
+from __future__ import annotations
+
+
+class DeviceError(ValueError):
+    """A device that cannot be used here; the message says which to use instead."""
+
+
+def device_problem(spec: str, *, check_available: bool = True) -> str | None:
+    """Why `spec` cannot be used as a device here, or None if it can."""
+    import torch
+
+    spec = spec.strip().lower()
+    if spec in ("auto", "cpu"):
+        return None
+    if spec == "mps":
+        if check_available and not mps_available():
+            return "mps (Apple GPU) is not available on this machine; use auto or cpu"
+        return None
+    if spec == "cuda" or spec.startswith("cuda:"):
+        index = spec.partition(":")[2]
+        if index and not index.isdigit():
+            return f"{spec!r}: the GPU index must be a number, as in cuda:0"
+        if check_available:
+            if not torch.cuda.is_available():
+                return "CUDA is not available on this machine (no NVIDIA GPU or driver); use auto or cpu"
+            count = torch.cuda.device_count()
+            if index and int(index) >= count:
+                return f"{spec!r}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
+        return None
+    return f"{spec!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
+
+
+def mps_available() -> bool:
+    """True on a Mac whose torch build can use the Apple GPU."""
+    import torch
+
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def device_choices() -> dict[str, str]:
+    """Every device this machine offers, as spec -> label (the dashboard's picker, the GPU bench)."""
+    import torch
+
+    options = {"auto": "auto (GPU if there is one)", "cpu": "cpu"}
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        options[f"cuda:{i}"] = f"cuda:{i}: {props.name}, {props.total_memory / 2**30:.0f} GiB"
+    if mps_available():
+        options["mps"] = "mps (Apple GPU)"
+    return options
+
+
+def amp_problem(amp: str, device_spec: str, *, check_available: bool = True) -> str | None:
+    """Why mixed precision `amp` cannot run on `device_spec` here, or None if it can."""
+    device = str(device_spec).strip().lower()
+    if amp == "fp16":
+        if not device.startswith(("cuda", "auto")):
+            return "fp16 needs a CUDA device; use bf16 or off on CPU"
+        if device == "auto" and check_available and resolve_device("auto").type != "cuda":
+            return "fp16 needs a CUDA device and this machine has none (auto means the CPU); use bf16 or off"
+    if amp == "bf16" and check_available and resolve_device(device).type == "cpu" and not cpu_has_bf16():
+        return ("bf16 on the CPU needs native bf16 instructions (AVX512-BF16 or AMX), which this CPU lacks: "
+                "oneDNN's LSTM refuses it; use off")
+    return None
+
+
+def cpu_has_bf16() -> bool:
+    """True when oneDNN can run bf16 kernels on this CPU (its LSTM has no fallback without them)."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def resolve_device(spec: str):
+    """Turn a validated device spec into a torch.device (auto: CUDA, then MPS, then CPU)."""
+    import torch
+
+    spec = spec.strip().lower()
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    problem = device_problem(spec)
+    if problem:
+        raise DeviceError(problem)
+    return torch.device(spec)
