@@ -4,8 +4,8 @@
 
 (a) `python -m brnn_core train` with no dashboard open (the server idles, the browser shows
     about:blank); (b) the same config started by clicking "Start training" on the Train page in
-    Chromium (Playwright), which stays open and redraws the live charts every second until the
-    run finishes. The two alternate (a, b, a, b, ...) so that slow drifts in machine load hit both.
+    Chromium (Playwright), which stays open and redraws the live charts (the Train page's live refresh)
+    until the run finishes. The two alternate (a, b, a, b, ...) so that slow drifts in machine load hit both.
 
 Throughput of a run = median of its metrics.csv train rows' samples_per_s, leaving out the first
 log of the run (warm-up). Prints every run, the median of each mode and the ratio dashboard/CLI,
@@ -33,6 +33,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
+from playwright.sync_api import expect, sync_playwright
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -77,8 +80,6 @@ def cli_run(runs_dir: Path, data_dir: Path, epochs: int, extra_env: dict[str, st
 
 def cpu_seconds(server_pid: int) -> dict[str, float]:
     """CPU time used so far by the Streamlit server process itself and by this script's Chromium processes."""
-    import psutil
-
     def used(proc) -> float:
         try:
             t = proc.cpu_times()
@@ -96,8 +97,6 @@ def dashboard_run(page, url: str, runs_dir: Path, epochs: int, server_pid: int,
 
     Returns the run and the CPU seconds the server and Chromium used from the click to the end of the run
     (`seconds` long: the worker's start-up and data loading included)."""
-    from playwright.sync_api import expect
-
     before = {r.id for r in list_runs(runs_dir)}
     page.goto(url)
     epochs_field = page.get_by_role("spinbutton", name="Epochs")
@@ -130,27 +129,44 @@ def dashboard_run(page, url: str, runs_dir: Path, epochs: int, server_pid: int,
     return run, {**{k: round(cpu1[k] - cpu0[k], 2) for k in cpu0}, "seconds": round(seconds, 1)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind (alternated)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None,
                         help="OMP_NUM_THREADS for both kinds of run (default: torch's own choice, one per core)")
     parser.add_argument("--json", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    if not CHROMIUM.is_file():
-        print(f"error: {CHROMIUM} not found (apt-get install chromium)", file=sys.stderr)
-        return 2
-    from playwright.sync_api import sync_playwright
+    return parser.parse_args(argv)
 
-    root = Path(tempfile.mkdtemp(prefix="brnn-overhead-"))
-    cli_dir, dash_dir, data_dir = root / "cli-runs", root / "dashboard-runs", root / "data"
-    for d in (cli_dir, dash_dir, data_dir):
+
+def one_run(mode: str, i: int, args: argparse.Namespace, folders: dict[str, Path], page, server,
+            extra_env: dict[str, str]) -> dict:
+    """Train once from the CLI or from the dashboard; the run's row (its throughput, wall time, machine load)."""
+    t0 = time.time()
+    load = os.getloadavg()[0]
+    if mode == "cli":
+        run, cpu = cli_run(folders["cli"], folders["data"], args.epochs, extra_env), None
+    else:
+        run, cpu = dashboard_run(page, server.url, folders["dashboard"], args.epochs, server.proc.pid)
+    row = {"mode": mode, "round": i + 1, **throughput(run), "wall_s": round(time.time() - t0, 1),
+           "load_1min_at_start": round(load, 2)}
+    if cpu is not None:
+        row["dashboard_cpu_s"] = cpu  # server + Chromium while it trained
+    print(f"{mode:>9} #{i + 1}: {row['samples_per_s']:8.1f} samples/s  "
+          f"({row['logs']} logs, {row['train_seconds']:.1f}s training, {row['wall_s']:.1f}s wall, "
+          f"load {load:.2f})" + (f", dashboard CPU {row['dashboard_cpu_s']}" if mode == "dashboard" else ""),
+          flush=True)
+    return row
+
+
+def measure(args: argparse.Namespace, root: Path) -> list[dict]:
+    """The alternated runs (cli, dashboard, cli, ...), with one server and one browser page for all of them."""
+    folders = {"cli": root / "cli-runs", "dashboard": root / "dashboard-runs", "data": root / "data"}
+    for d in folders.values():
         d.mkdir()
-    load_before = os.getloadavg()
     results: list[dict] = []
     extra_env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
-    server = start_server(dash_dir, data_dir, root / "server.log", env=extra_env)  # its workers inherit it
+    server = start_server(folders["dashboard"], folders["data"], root / "server.log", env=extra_env)  # workers too
     try:
         with sync_playwright() as p:
             browser = launch_chromium(p)
@@ -158,31 +174,20 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for i in range(args.repeats):
                     for mode in ("cli", "dashboard"):
-                        t0 = time.time()
-                        load = os.getloadavg()[0]
-                        if mode == "cli":
-                            run, cpu = cli_run(cli_dir, data_dir, args.epochs, extra_env), None
-                        else:
-                            run, cpu = dashboard_run(page, server.url, dash_dir, args.epochs, server.proc.pid)
-                        row = {"mode": mode, "round": i + 1, **throughput(run), "wall_s": round(time.time() - t0, 1),
-                               "load_1min_at_start": round(load, 2)}
-                        if cpu is not None:
-                            row["dashboard_cpu_s"] = cpu  # server + Chromium while it trained
-                        results.append(row)
-                        print(f"{mode:>9} #{i + 1}: {row['samples_per_s']:8.1f} samples/s  "
-                              f"({row['logs']} logs, {row['train_seconds']:.1f}s training, {row['wall_s']:.1f}s wall, "
-                              f"load {load:.2f})" + (f", dashboard CPU {row['dashboard_cpu_s']}"
-                                                      if mode == "dashboard" else ""), flush=True)
+                        results.append(one_run(mode, i, args, folders, page, server, extra_env))
             finally:
                 browser.close()
     finally:
         stop_server(server)
-        shutil.rmtree(root, ignore_errors=True)
+    return results
+
+
+def summarize(results: list[dict], args: argparse.Namespace, load_before: tuple[float, ...]) -> dict:
     cli = statistics.median(r["samples_per_s"] for r in results if r["mode"] == "cli")
     dash = statistics.median(r["samples_per_s"] for r in results if r["mode"] == "dashboard")
     ratio = dash / cli
     dash_cpu = [r["dashboard_cpu_s"] for r in results if r["mode"] == "dashboard"]
-    summary = {
+    return {
         "config": {"dataset": DATASET, "epochs": args.epochs, "omp_num_threads": args.threads,
                    "other": "TrainConfig defaults (hidden 128, 2 layers, batch 100, adam, lr 0.01, log every 10)"},
         "cli_samples_per_s": round(cli, 1), "dashboard_samples_per_s": round(dash, 1),
@@ -197,16 +202,35 @@ def main(argv: list[str] | None = None) -> int:
         "note": "median of each run's train-row samples_per_s without the first log; modes alternated; "
                 "shared machine, so expect noise of the order of the per-run spread",
     }
-    print(f"\nCLI (no dashboard): {cli:8.1f} samples/s (median of {args.repeats} runs)")
-    print(f"dashboard + browser: {dash:8.1f} samples/s (median of {args.repeats} runs)")
-    print(f"ratio dashboard/CLI: {ratio:.3f} ({'within' if ratio >= 0.9 else 'NOT within'} 10%)")
+
+
+def report(summary: dict, repeats: int, path: Path) -> None:
+    """Print the summary and write it (atomically) to `path`."""
+    print(f"\nCLI (no dashboard): {summary['cli_samples_per_s']:8.1f} samples/s (median of {repeats} runs)")
+    print(f"dashboard + browser: {summary['dashboard_samples_per_s']:8.1f} samples/s (median of {repeats} runs)")
+    print(f"ratio dashboard/CLI: {summary['ratio_dashboard_over_cli']:.3f} "
+          f"({'within' if summary['within_10_percent'] else 'NOT within'} 10%)")
     print(f"dashboard CPU (server + Chromium) while a run trains: "
           f"{summary['dashboard_cpu_cores_while_training']:.2f} cores (of {os.cpu_count()})")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.json.with_suffix(".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(args.json)
-    print(f"wrote {args.json}")
+    tmp.replace(path)
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not CHROMIUM.is_file():
+        print(f"error: {CHROMIUM} not found (apt-get install chromium)", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="brnn-overhead-"))
+    load_before = os.getloadavg()
+    try:
+        results = measure(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    report(summarize(results, args, load_before), args.repeats, args.json)
     return 0
 
 

@@ -106,6 +106,12 @@ def bench_digits() -> tuple[np.ndarray, np.ndarray]:
     return ds.test_x.numpy(), ds.test_y.numpy()
 
 
+def npz_digits(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Digits from an .npz of `images` (N, 28, 28) uint8 and `labels` (N,)."""
+    with np.load(path) as z:
+        return z["images"].astype(np.uint8), z["labels"].astype(np.int64)
+
+
 def drawn_set(digits: np.ndarray, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [render(d, rng) for d in digits]
@@ -137,9 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoints", nargs="+", type=Path)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="one drawn set per seed")
     parser.add_argument("--preview", type=Path, help="save a PNG grid of the first drawings (first seed)")
+    parser.add_argument("--digits", type=Path, help="draw these digits instead: an .npz of `images` (N, 28, 28) "
+                                                    "uint8 and `labels`, e.g. real MNIST test digits")
+    parser.add_argument("--limit", type=int, help="only the first N digits (every class, in the file's order)")
     args = parser.parse_args(argv)
-    digits, labels = bench_digits()
-    print(f"{len(digits)} held-out digits (mnist-sample test split, none in its train split)")
+    digits, labels = npz_digits(args.digits) if args.digits else bench_digits()
+    if args.limit:
+        digits, labels = digits[:args.limit], labels[:args.limit]
+    print(f"{len(digits)} held-out digits ({args.digits or 'mnist-sample test split, none in its train split'})")
     results: dict[Path, list[float]] = {c: [] for c in args.checkpoints}
     for seed in args.seeds:
         t0 = time.perf_counter()

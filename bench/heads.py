@@ -25,6 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -116,12 +118,11 @@ def verdict(rows: list[dict]) -> list[str]:
     return out
 
 
-def write_markdown(path: Path, rows: list[dict], args) -> None:
-    import torch
-
+def header_lines(rows: list[dict], args) -> list[str]:
+    """The title, when and where it was measured, the two heads, the verdict and what else was fixed."""
     first = time.strftime("%Y-%m-%d %H:%M", time.localtime(min(r["started"] for r in rows)))
     last = time.strftime("%H:%M %Z", time.localtime(max(r["ended"] for r in rows)))
-    lines = [
+    return [
         "# Head study: `bidir` vs `last`",
         "",
         f"Measured {first} to {last} on {cpu_model()} ({os.cpu_count()} CPUs), device cpu, torch "
@@ -143,7 +144,12 @@ def write_markdown(path: Path, rows: list[dict], args) -> None:
         "training set held out for validation). Val accuracy is after the last epoch (and the best epoch); test "
         "accuracy is measured with best.pt (lowest validation loss) on the dataset's test set "
         "(mnist-sample: 500 held-out digits; fashion-mnist: 10,000 images).",
-        "",
+    ]
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Mean ± standard deviation per dataset, epochs and head, with bidir's paired difference per seed."""
+    lines = [
         "## Summary (mean ± standard deviation over seeds, in %)",
         "",
         "| dataset | epochs | seeds | head | val acc (final) | test acc | test acc, bidir − last |",
@@ -167,8 +173,12 @@ def write_markdown(path: Path, rows: list[dict], args) -> None:
             lines.append(f"| {dataset} | {epochs} | {', '.join(str(r['seed']) for r in rs)} | {head} | "
                          f"{mean_sd([r['val_acc_final'] for r in rs])} | {mean_sd([r['test_acc'] for r in rs])} | "
                          f"{diff} |")
-    lines += [
-        "",
+    return lines
+
+
+def run_lines(rows: list[dict]) -> list[str]:
+    """Every run, then the command lines that made them."""
+    lines = [
         "## Every run",
         "",
         "| dataset | epochs | seed | head | val acc final | val acc best | test acc | minutes | run id |",
@@ -179,8 +189,11 @@ def write_markdown(path: Path, rows: list[dict], args) -> None:
                      f"{pct(r['val_acc_best'])} | {pct(r['test_acc'])} | {r['minutes']:.1f} | {r['run_id']} |")
     lines += ["", "## Commands", "", "```"]
     lines += [r["command"] for r in rows]
-    lines += ["```", ""]
-    path.write_text("\n".join(lines))
+    return lines + ["```", ""]
+
+
+def write_markdown(path: Path, rows: list[dict], args) -> None:
+    path.write_text("\n".join([*header_lines(rows, args), "", *summary_lines(rows), "", *run_lines(rows)]))
 
 
 def main(argv: list[str] | None = None) -> int:

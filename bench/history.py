@@ -33,6 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import streamlit as st
+import torch
+from streamlit.testing.v1 import AppTest
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 PAGES = {"train": "pages/train.py", "runs": "pages/runs.py", "predict": "pages/predict.py"}
@@ -40,8 +44,7 @@ PAGES = {"train": "pages/train.py", "runs": "pages/runs.py", "predict": "pages/p
 
 def build_template(root: Path) -> Path:
     """One finished run with every file a real one has; returns its directory."""
-    import torch
-
+    # lazy, here and below: brnn_core is the --source checkout's, which main puts on sys.path
     from brnn_core.checkpoint import save_checkpoint
     from brnn_core.config import TrainConfig
     from brnn_core.data.loading import load_dataset
@@ -99,7 +102,7 @@ def median_time(fn, n: int) -> float:
 
 
 def time_core(runs_dir: Path, reruns: int) -> dict[str, float]:
-    from brnn_core.runs.index import runs_table
+    from brnn_core.runs.index import runs_table  # lazy: the --source checkout's brnn_core
 
     out = {"runs_table, uncached": median_time(lambda: runs_table(runs_dir), 1)}
     try:
@@ -115,9 +118,6 @@ def time_core(runs_dir: Path, reruns: int) -> dict[str, float]:
 
 def time_page(app: Path, page: str, reruns: int) -> tuple[float, float]:
     """(first render, median rerun) of one page, server time, Streamlit's caches cleared first."""
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
     st.cache_resource.clear()
     st.cache_data.clear()
     at = AppTest.from_file(str(app), default_timeout=600)
@@ -132,7 +132,7 @@ def time_page(app: Path, page: str, reruns: int) -> tuple[float, float]:
 
 def time_stroke(runs_dir: Path) -> float:
     """The Predict page's per-stroke work (its fragment's body) on the default model."""
-    from brnn_core import charts
+    from brnn_core import charts  # lazy: the --source checkout's brnn_core
     from brnn_core.benchmarks.bench_predict import synthetic_canvas
     from brnn_core.data.canvas import prepare
     from brnn_core.inference.predictor import Predictor

@@ -31,10 +31,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import expect, sync_playwright
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import psutil  # noqa: E402
 
 from brnn_core.runs.rundir import list_runs  # noqa: E402
 from brnn_core.states import ACTIVE_STATES  # noqa: E402
@@ -99,7 +102,7 @@ def describe(procs: list[psutil.Process]) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="how long to keep starting and stopping runs")
     parser.add_argument("--hidden-size", type=int, default=16, help="model size typed into the form")
@@ -111,114 +114,130 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, help="runs folder (default: a fresh temporary one, removed)")
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    from playwright.sync_api import Error as PlaywrightError
-    from playwright.sync_api import expect, sync_playwright
 
+def start_dashboard(port: int, env: dict[str, str], log) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless",
+                             "true", "--server.port", str(port), "--server.address", "127.0.0.1"],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_healthy(server: subprocess.Popen, port: int, log_path: Path) -> None:
+    deadline = time.monotonic() + 240
+    while not healthy(port):
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the dashboard did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def open_train_page(page, url: str, hidden_size: int) -> None:
+    """Load the Train page (a new browser session) and type the small model into the form."""
+    page.goto(url, wait_until="domcontentloaded")
+    expect(page.get_by_role("button", name="Start training").filter(visible=True)).to_be_visible(timeout=120_000)
+    for label, value in (("Hidden size", hidden_size), ("LSTM layers", 1)):
+        box = page.get_by_label(label, exact=True).filter(visible=True)
+        if box.is_enabled() and box.input_value() != str(value):
+            box.fill(str(value))
+            box.press("Enter")
+    page.wait_for_timeout(500)
+
+
+def one_cycle(page, runs_dir: Path, seconds: tuple[float, float], rng: random.Random, report: dict) -> None:
+    """Start a run, let it train (a random time in `seconds`), stop it, wait for it to end; a broken page raises."""
+    # (visible: Streamlit may keep a zero-size copy of a re-drawn button in the page)
+    start = page.get_by_role("button", name="Start training").filter(visible=True)
+    stop = page.get_by_role("button", name="Stop", exact=True).filter(visible=True)
+    expect(start).to_be_enabled(timeout=120_000)
+    start.click()
+    expect(stop).to_be_enabled(timeout=120_000)  # the run exists and is active
+    page.wait_for_timeout(int(1000 * rng.uniform(*seconds)))
+    if stop.is_enabled():  # (a short run may have finished by itself)
+        try:
+            stop.click(timeout=10_000)
+        except PlaywrightError:
+            # The run can end between the check and the click; Stop is then disabled and
+            # the click rightly waits in vain. Only a Stop stuck while the run trains fails.
+            if list_runs(runs_dir)[0].status().get("state") in ACTIVE_STATES:
+                raise
+            report["stop_raced_run_end"] = report.get("stop_raced_run_end", 0) + 1
+    expect(start).to_be_enabled(timeout=180_000)  # the run ended: stopped or finished
+
+
+def cycle_until(page, url: str, args: argparse.Namespace, runs_dir: Path, tmp: Path, report: dict) -> None:
+    """Start/stop cycles until --minutes are up (or 20 failures), reloading the page every --reload-every."""
     rng = random.Random(args.seed)
-    tmp = Path(tempfile.mkdtemp(prefix="brnn-soak-"))
-    runs_dir = (args.runs_dir or tmp / "runs").resolve()
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = dict(os.environ, BRNN_RUNS_DIR=str(runs_dir), BRNN_DATA_DIR=str(tmp / "data"),
-               OMP_NUM_THREADS=args.worker_threads, PYTHONUNBUFFERED="1")
-    log_path = tmp / "server.log"
-    log = open(log_path, "ab")  # noqa: SIM115 - open for the server's whole life
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless",
-                               "true", "--server.port", str(port), "--server.address", "127.0.0.1"],
-                              cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    report: dict = {"minutes": args.minutes, "port": port, "runs_dir": str(runs_dir), "cycles": 0, "failures": [],
-                    "reloads": 0}
+    end = time.monotonic() + args.minutes * 60
+    while time.monotonic() < end:
+        cycle = report["cycles"] + len(report["failures"]) + 1
+        try:
+            one_cycle(page, runs_dir, args.train_seconds, rng, report)
+            report["cycles"] += 1
+        except (PlaywrightError, AssertionError) as exc:  # a timeout, or two visible copies of a button
+            report["failures"].append(f"cycle {cycle}: {str(exc).splitlines()[0][:200]}")
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(tmp / f"failure-{cycle}.png"))
+            if len(report["failures"]) >= 20:
+                report["failures"].append("gave up after 20 failures")
+                break
+            with contextlib.suppress(PlaywrightError, AssertionError):
+                open_train_page(page, url, args.hidden_size)
+            continue
+        if args.reload_every and report["cycles"] % args.reload_every == 0:
+            open_train_page(page, url, args.hidden_size)  # a fresh browser session on the same server
+            report["reloads"] += 1
+
+
+def wind_down(server: subprocess.Popen, runs_dir: Path, report: dict) -> None:
+    """No run may stay active; then what the server left behind: zombie and live workers."""
+    wait_end = time.monotonic() + 180
+    while any(r.status().get("state") in ACTIVE_STATES for r in list_runs(runs_dir)):
+        if time.monotonic() > wait_end:
+            report["failures"].append("a run was still active three minutes after the last Stop")
+            break
+        time.sleep(1)
+    time.sleep(2)
+    zombies = [c for c in psutil.Process(server.pid).children(recursive=True) if c.status() == psutil.STATUS_ZOMBIE]
+    report["zombie_workers_before_server_stop"] = describe(zombies)
+    report["live_workers_before_server_stop"] = describe(
+        [p for p in worker_processes(runs_dir) if p.status() != psutil.STATUS_ZOMBIE])
+
+
+def stop_dashboard(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(30)
+
+
+def soak(server: subprocess.Popen, port: int, args: argparse.Namespace, runs_dir: Path, tmp: Path,
+         report: dict) -> RssSampler | None:
+    """The browser part: open the Train page, sample the server's RSS, cycle, wind down; returns the sampler."""
     sampler = None
-    t_start = time.monotonic()
     try:
-        deadline = time.monotonic() + 240
-        while not healthy(port):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the dashboard did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
+        wait_healthy(server, port, tmp / "server.log")
         report["rss_mb_idle_server"] = round(psutil.Process(server.pid).memory_info().rss / 2**20, 1)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             url = f"http://127.0.0.1:{port}/"
-
-            def open_train_page() -> None:
-                page.goto(url, wait_until="domcontentloaded")
-                expect(page.get_by_role("button", name="Start training").filter(visible=True)).to_be_visible(
-                    timeout=120_000)
-                for label, value in (("Hidden size", args.hidden_size), ("LSTM layers", 1)):
-                    box = page.get_by_label(label, exact=True).filter(visible=True)
-                    if box.is_enabled() and box.input_value() != str(value):
-                        box.fill(str(value))
-                        box.press("Enter")
-                page.wait_for_timeout(500)
-
-            open_train_page()
+            open_train_page(page, url, args.hidden_size)
             sampler = RssSampler(server.pid, args.sample_every)  # from the first page view (torch loaded)
             sampler.start()
-            end = time.monotonic() + args.minutes * 60
-            while time.monotonic() < end:
-                cycle = report["cycles"] + len(report["failures"]) + 1
-                # (visible: Streamlit may keep a zero-size copy of a re-drawn button in the page)
-                start = page.get_by_role("button", name="Start training").filter(visible=True)
-                stop = page.get_by_role("button", name="Stop", exact=True).filter(visible=True)
-                try:
-                    expect(start).to_be_enabled(timeout=120_000)
-                    start.click()
-                    expect(stop).to_be_enabled(timeout=120_000)  # the run exists and is active
-                    page.wait_for_timeout(int(1000 * rng.uniform(*args.train_seconds)))
-                    if stop.is_enabled():  # (a short run may have finished by itself)
-                        try:
-                            stop.click(timeout=10_000)
-                        except PlaywrightError:
-                            # The run can end between the check and the click; Stop is then disabled and
-                            # the click rightly waits in vain. Only a Stop stuck while the run trains fails.
-                            if list_runs(runs_dir)[0].status().get("state") in ACTIVE_STATES:
-                                raise
-                            report["stop_raced_run_end"] = report.get("stop_raced_run_end", 0) + 1
-                    expect(start).to_be_enabled(timeout=180_000)  # the run ended: stopped or finished
-                    report["cycles"] += 1
-                except (PlaywrightError, AssertionError) as exc:  # a timeout, or two visible copies of a button
-                    report["failures"].append(f"cycle {cycle}: {str(exc).splitlines()[0][:200]}")
-                    with contextlib.suppress(Exception):
-                        page.screenshot(path=str(tmp / f"failure-{cycle}.png"))
-                    if len(report["failures"]) >= 20:
-                        report["failures"].append("gave up after 20 failures")
-                        break
-                    with contextlib.suppress(PlaywrightError, AssertionError):
-                        open_train_page()
-                    continue
-                if args.reload_every and report["cycles"] % args.reload_every == 0:
-                    open_train_page()  # a fresh browser session on the same server
-                    report["reloads"] += 1
+            cycle_until(page, url, args, runs_dir, tmp, report)
             browser.close()
-
-        # Wind down: no run may stay active, then stop the server.
-        wait_end = time.monotonic() + 180
-        while any(r.status().get("state") in ACTIVE_STATES for r in list_runs(runs_dir)):
-            if time.monotonic() > wait_end:
-                report["failures"].append("a run was still active three minutes after the last Stop")
-                break
-            time.sleep(1)
-        time.sleep(2)
-        zombies = [c for c in psutil.Process(server.pid).children(recursive=True)
-                   if c.status() == psutil.STATUS_ZOMBIE]
-        report["zombie_workers_before_server_stop"] = describe(zombies)
-        report["live_workers_before_server_stop"] = describe(
-            [p for p in worker_processes(runs_dir) if p.status() != psutil.STATUS_ZOMBIE])
+        wind_down(server, runs_dir, report)
     finally:
         if sampler is not None:
             sampler.stop()
-        if server.poll() is None:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(30)
-        log.close()
+    return sampler
+
+
+def finish_report(report: dict, runs_dir: Path, sampler: RssSampler | None) -> list[psutil.Process]:
+    """Orphans, the runs' states and the RSS statistics into `report`; returns the orphan workers."""
     time.sleep(1)
     orphans = [p for p in worker_processes(runs_dir) if p.status() != psutil.STATUS_ZOMBIE]
     report["orphan_workers"] = describe(orphans)
@@ -229,7 +248,6 @@ def main(argv: list[str] | None = None) -> int:
         states[state] = states.get(state, 0) + 1
     report["runs_created"] = len(runs)
     report["run_states"] = states
-    report["elapsed_s"] = round(time.monotonic() - t_start, 1)
     rss = [r for _, r in (sampler.samples if sampler else [])]
     mb = lambda b: round(b / 2**20, 1)  # noqa: E731
     if rss:
@@ -237,10 +255,13 @@ def main(argv: list[str] | None = None) -> int:
                             "median": mb(statistics.median(rss)), "samples": len(rss)}
         tail = rss[len(rss) // 2:]
         report["rss_mb"]["second_half_growth"] = mb(tail[-1] - tail[0]) if len(tail) > 1 else 0.0
+    return orphans
 
+
+def print_report(report: dict) -> None:
     print(f"soak: {report['elapsed_s']:.0f}s, {report['cycles']} start/stop cycles, {report['reloads']} page reloads, "
           f"{report['runs_created']} runs {report['run_states']}")
-    if rss:
+    if "rss_mb" in report:
         r = report["rss_mb"]
         print(f"server RSS (MB): first {r['first']}, last {r['last']}, max {r['max']}, median {r['median']} "
               f"({r['samples']} samples from the first page view; growth over the second half "
@@ -251,6 +272,29 @@ def main(argv: list[str] | None = None) -> int:
               f"{report['stop_raced_run_end']}")
     print(f"zombie workers before the server stopped: {report.get('zombie_workers_before_server_stop') or 'none'}")
     print(f"orphan worker processes: {report['orphan_workers'] or 'none'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="brnn-soak-"))
+    runs_dir = (args.runs_dir or tmp / "runs").resolve()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = dict(os.environ, BRNN_RUNS_DIR=str(runs_dir), BRNN_DATA_DIR=str(tmp / "data"),
+               OMP_NUM_THREADS=args.worker_threads, PYTHONUNBUFFERED="1")
+    report: dict = {"minutes": args.minutes, "port": port, "runs_dir": str(runs_dir), "cycles": 0, "failures": [],
+                    "reloads": 0}
+    t_start = time.monotonic()
+    with open(tmp / "server.log", "ab") as log:  # the server writes here for its whole life
+        server = start_dashboard(port, env, log)
+        sampler = None
+        try:
+            sampler = soak(server, port, args, runs_dir, tmp, report)
+        finally:
+            stop_dashboard(server)
+    orphans = finish_report(report, runs_dir, sampler)
+    report["elapsed_s"] = round(time.monotonic() - t_start, 1)
+    print_report(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     for orphan in orphans:  # leave the machine clean

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=300, legend=dict(orientation="h", y=-0.25),
               hovermode="x unified")
@@ -100,13 +101,18 @@ def accuracy_figure(metrics: pd.DataFrame, *, revision: str = "acc") -> go.Figur
     return note_if_empty(fig, "appears after the first epoch")
 
 
-def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr", until_step: int | None = None) -> go.Figure:
-    """The lr schedule as steps: one point where it changes. With `until_step` (the run's planned last step)
-    the line runs on to there, so a live chart stays the same figure until the lr (or the plan) changes:
-    the browser redraws a chart only when its figure changes, and every redraw costs a 2-core machine
-    training speed (bench/README.md, "The dashboard while it streams a run")."""
+def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr", plan: tuple[list[int], list[float]] | None = None,
+              until_step: int | None = None) -> go.Figure:
+    """The learning rate by step. With `plan` (progress.lr_plan: the schedule's past and planned lr, to the
+    planned last step) the figure changes only when the lr or the plan is changed live, not with every
+    logged step: the browser redraws a chart only when its figure changes, and every redraw costs a 2-core
+    machine training speed (bench/README.md, "The dashboard while it streams a run"). Without a plan, the
+    logged lr as steps, run on to `until_step`."""
     fig = _figure("Learning rate", revision, x_title="step", y_title="lr", log_y=True)
     fig.update_yaxes(dtick=1, exponentformat="e")  # label powers of ten only: minor "2" and "5" read as values
+    if plan and plan[0]:
+        fig.add_scatter(x=plan[0], y=plan[1], name="lr (schedule)", mode="lines")
+        return fig
     train = metrics[metrics["split"] == "train"]
     if len(train):
         changes = train[train["lr"].ne(train["lr"].shift())]
@@ -203,8 +209,6 @@ def reading_figure(image: np.ndarray, rows: np.ndarray, classes: list[str]) -> g
 
     Row t of the heatmap is the model run on image rows 0..t only, so a row of the picture and the
     model's opinion once it has read down to it sit side by side."""
-    from plotly.subplots import make_subplots
-
     steps = rows.shape[0]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.03, column_widths=[0.4, 0.6],
                         subplot_titles=("input", "after reading rows 0..t"))

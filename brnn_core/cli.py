@@ -11,13 +11,38 @@ import sys
 import time
 from pathlib import Path
 
-from brnn_core.checkpoint import CheckpointError
-from brnn_core.config import AMP_MODES, LIVE_FIELDS, ConfigError, TrainConfig, load_train_config, parse_set
-from brnn_core.data.datasets import DatasetError, default_data_dir
+from brnn_core.checkpoint import CheckpointError, check_state_matches, load_checkpoint
+from brnn_core.config import (
+    AMP_MODES,
+    LIVE_FIELDS,
+    TEACH_DEFAULTS,
+    ConfigError,
+    TrainConfig,
+    load_train_config,
+    parse_set,
+)
+from brnn_core.data.canvas import load_image
+from brnn_core.data.datasets import DATASETS, DatasetError, default_data_dir
+from brnn_core.data.loading import ensure_dataset, load_dataset
+from brnn_core.devices import amp_problem, device_problem, resolve_device
+from brnn_core.inference.predictor import Predictor
+from brnn_core.runs.branch import create_planned, parse_from, plan_branch
 from brnn_core.runs.progress import eta_seconds, format_eta
-from brnn_core.runs.rundir import RunError
+from brnn_core.runs.rundir import (
+    Run,
+    RunError,
+    create_run,
+    default_runs_dir,
+    last_pt_pruned,
+    new_run_config,
+    resolve_run,
+)
 from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
+from brnn_core.training.engine import evaluate
+from brnn_core.training.teach import TeachError, teach_config
+from brnn_core.training.worker import run_training
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -84,7 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--top", type=int, default=3)
     pr.set_defaults(func=cmd_predict)
 
-    from brnn_core.sweep.cli import add_parser as add_sweep_parser
+    teach = sub.add_parser("teach", help="fine-tune a checkpoint on your saved drawings (the Predict page's "
+                                          "Teach it): a new run, held-out drawings and validation before -> after")
+    teach.add_argument("checkpoint", type=Path, help="e.g. runs/<id>/checkpoints/best.pt")
+    teach.add_argument("--share", type=float, help=f"the drawings' share of each epoch (default "
+                                                   f"{TEACH_DEFAULTS['my_drawings']:g})")
+    teach.add_argument("--epochs", type=int, help=f"epochs of fine-tuning (default {TEACH_DEFAULTS['epochs']})")
+    teach.add_argument("--lr", type=float, help=f"the schedule's peak lr (default {TEACH_DEFAULTS['lr']:g})")
+    teach.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $BRNN_RUNS_DIR or ./runs)")
+    teach.add_argument("--data-dir", type=Path, default=None,
+                       help="datasets folder holding my-drawings/ (default $BRNN_DATA_DIR or ./data)")
+    teach.set_defaults(func=cmd_teach)
 
     add_sweep_parser(sub)
 
@@ -96,11 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------- train
 def cmd_train(args) -> int:
-    # torch and the data loaders load only for the commands that use them: `--help` and `sweep` start fast
-    from brnn_core.data.loading import ensure_dataset
-    from brnn_core.runs.rundir import Run, create_run, default_runs_dir, last_pt_pruned, new_run_config, resolve_run
-    from brnn_core.training.worker import run_training
-
     data_dir = args.data_dir or default_data_dir()
     runs_dir = args.runs_dir or default_runs_dir()
     if args.from_run:
@@ -147,11 +177,27 @@ def cmd_train(args) -> int:
     return EXIT_OK if state in (State.FINISHED, State.STOPPED) else EXIT_FAILURE
 
 
+def cmd_teach(args) -> int:
+    """`teach CHECKPOINT`: the same fine-tune as the Predict page's Teach it, in the foreground."""
+    data_dir = args.data_dir or default_data_dir()
+    chosen = {"my_drawings": args.share, "epochs": args.epochs, "lr": args.lr}
+    try:
+        cfg = teach_config(args.checkpoint, data_dir, **{k: v for k, v in chosen.items() if v is not None})
+    except TeachError as exc:
+        raise BadInput(str(exc)) from None
+    ensure_dataset(cfg.dataset, data_dir)
+    run = create_run(args.runs_dir or default_runs_dir(), new_run_config(cfg, data_dir))
+    print(f"run directory: {run.path}\nteaching {args.checkpoint} your drawings: {cfg.epochs} epochs, "
+          f"{100 * cfg.my_drawings:g}% of each epoch drawings, peak lr {cfg.lr:g}", flush=True)
+    state = run_training(run, data_dir=data_dir, printer=ProgressPrinter())
+    print(f"\n{run.status().get('message') or state}", flush=True)
+    if state == State.FINISHED:
+        print(f"new checkpoint: {run.best_ckpt}", flush=True)
+    return EXIT_OK if state == State.FINISHED else EXIT_FAILURE
+
+
 def branch_from_args(args, runs_dir: Path, data_dir: Path):
     """`train --from RUN[:last|:best]`: check the branch, fetch its dataset, then create it (not started)."""
-    from brnn_core.data.loading import ensure_dataset  # torch: only when a branch is made
-    from brnn_core.runs.branch import create_planned, parse_from, plan_branch
-
     if args.resume or args.config or args.run_dir:
         raise BadInput("--from makes a new run from RUN's checkpoint: it cannot be combined with --resume, --config "
                        "or --run-dir (change settings with --set)")
@@ -197,12 +243,6 @@ class ProgressPrinter:
 
 # ---------------------------------------------------------------- evaluate / predict
 def cmd_evaluate(args) -> int:
-    from brnn_core.checkpoint import check_state_matches, load_checkpoint
-    from brnn_core.data.datasets import DATASETS
-    from brnn_core.data.loading import load_dataset
-    from brnn_core.devices import amp_problem, device_problem, resolve_device
-    from brnn_core.training.engine import evaluate
-
     if args.dataset not in DATASETS:
         raise BadInput(f"unknown dataset {args.dataset!r}; choose one of {', '.join(DATASETS)}")
     if args.batch_size < 1:
@@ -240,9 +280,6 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from brnn_core.data.canvas import load_image
-    from brnn_core.inference.predictor import Predictor
-
     if args.top < 1:
         raise BadInput("--top must be at least 1")
     predictor = Predictor.from_checkpoint(args.checkpoint)
@@ -261,6 +298,6 @@ def cmd_predict(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from brnn_core.benchmarks import main as bench_main
+    from brnn_core.benchmarks import main as bench_main  # lazy: the suite imports torchvision (seconds)
 
     return bench_main(args.rest)

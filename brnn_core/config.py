@@ -15,18 +15,22 @@ from typing import Any
 
 from brnn_core.data.datasets import default_dataset
 from brnn_core.devices import amp_problem, device_problem
+from brnn_core.schedule import SCHEDULES
 
 DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample", "kmnist")
 HEADS = ("bidir", "last")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 AMP_MODES = ("off", "bf16", "fp16")
-# Training-batch augmentation (brnn_core/augment.py holds what each level does). "auto" picks per dataset:
+# Training-batch augmentation (brnn_core/data/augment.py holds what each level does). "auto" picks per dataset:
 AUGMENT_LEVELS = ("auto", "off", "light", "medium", "strong")
 # measured on mnist-sample (bench/augment_accuracy.py, bench/README.md); kmnist is handwriting too, so it
 # gets the digits' level. Clothes photos are not drawn with a pen: off until measured otherwise.
 AUGMENT_AUTO = {"mnist": "medium", "mnist-sample": "medium", "kmnist": "medium", "fashion-mnist": "off"}
 
 # Fields that may change while a run trains (sent through the control channel).
+# Teach it (training.teach): the drawings' share of each epoch, the epochs and the schedule's peak lr of the
+# fine-tune; measured with bench/letterforms.py (bench/README.md, "Teach it").
+TEACH_DEFAULTS = {"my_drawings": 0.2, "epochs": 2, "lr": 0.002}
 LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
 
 
@@ -59,7 +63,11 @@ class TrainConfig:
     epochs: int = field(default=2, metadata={
         "help": "Passes over the training split.", "range": (1, 1000)})
     lr: float = field(default=0.01, metadata={
-        "help": "Learning rate (can be changed while training).", "range": (1e-7, 10.0)})
+        "help": "Learning rate: the peak of the schedule (can be changed while training; the rest of the "
+                "schedule scales with it).", "range": (1e-7, 10.0)})
+    lr_schedule: str = field(default="cosine", metadata={
+        "help": "cosine: a short warm-up to the peak lr, then down to 1% of it by the last planned step "
+                "(follows live changes of lr and epochs); constant: the peak throughout (the blog's recipe)."})
     optimizer: str = field(default="adam", metadata={
         "help": "adam, adamw, or sgd (with momentum)."})
     momentum: float = field(default=0.9, metadata={
@@ -106,10 +114,6 @@ class TrainConfig:
     @classmethod
     def help_for(cls, name: str) -> str:
         return next(f.metadata.get("help", "") for f in fields(cls) if f.name == name)
-
-    @classmethod
-    def range_for(cls, name: str) -> tuple | None:
-        return next(f.metadata.get("range") for f in fields(cls) if f.name == name)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -171,6 +175,7 @@ class TrainConfig:
         _choice(errs, self, "optimizer", OPTIMIZERS)
         _choice(errs, self, "amp", AMP_MODES)
         _choice(errs, self, "augment", AUGMENT_LEVELS)
+        _choice(errs, self, "lr_schedule", SCHEDULES)
         if "init_from" not in errs and self.init_from and not Path(self.init_from).expanduser().is_file():
             errs["init_from"] = f"no checkpoint file {self.init_from!r}; give the path of a .pt file or leave it empty"
         if "device" not in errs:

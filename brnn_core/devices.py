@@ -1,10 +1,13 @@
 """Which devices and precisions this machine can train on: checks with messages, and the choice of device.
 
-Kept apart from `config` (which calls the checks to validate a TrainConfig) so that the checks that touch
-torch stay behind function-level imports: the config and the pages load without importing torch.
+Kept apart from `config`, which calls these checks to validate a TrainConfig: the config is about the
+values a user chose, this module about what torch finds on this machine (CUDA GPUs, Apple's MPS, the
+CPU's bf16 support).
 """
 
 from __future__ import annotations
+
+import torch
 
 
 class DeviceError(ValueError):
@@ -13,8 +16,6 @@ class DeviceError(ValueError):
 
 def device_problem(spec: str, *, check_available: bool = True) -> str | None:
     """Why `spec` cannot be used as a device here, or None if it can."""
-    import torch
-
     spec = spec.strip().lower()
     if spec in ("auto", "cpu"):
         return None
@@ -38,15 +39,11 @@ def device_problem(spec: str, *, check_available: bool = True) -> str | None:
 
 def mps_available() -> bool:
     """True on a Mac whose torch build can use the Apple GPU."""
-    import torch
-
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
 def device_choices() -> dict[str, str]:
     """Every device this machine offers, as spec -> label (the dashboard's picker, the GPU bench)."""
-    import torch
-
     options = {"auto": "auto (GPU if there is one)", "cpu": "cpu"}
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
@@ -72,15 +69,11 @@ def amp_problem(amp: str, device_spec: str, *, check_available: bool = True) -> 
 
 def cpu_has_bf16() -> bool:
     """True when oneDNN can run bf16 kernels on this CPU (its LSTM has no fallback without them)."""
-    import torch
-
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def resolve_device(spec: str):
     """Turn a validated device spec into a torch.device (auto: CUDA, then MPS, then CPU)."""
-    import torch
-
     spec = spec.strip().lower()
     if spec == "auto":
         if torch.cuda.is_available():

@@ -12,7 +12,14 @@ from streamlit_drawable_canvas import st_canvas
 from brnn_core import charts
 from brnn_core.checkpoint import CheckpointError
 from brnn_core.data.canvas import prepare
-from brnn_core.data.drawings import DrawingError, delete_drawing, save_drawing
+from brnn_core.data.drawings import (
+    MIN_FOR_ACCURACY,
+    DrawingError,
+    delete_drawing,
+    drawings_dir,
+    held_out_ordinals,
+    save_drawing,
+)
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.uploads import UploadError, save_upload
 from ui import drawings as my
@@ -59,15 +66,15 @@ if upload is not None:
         side.error(f"Upload refused: {exc}")
 if path is None:
     if not choices:
-        st.info("No checkpoint yet. Train a model on the **Train** page (the defaults take about a minute on a "
-                "CPU), or upload a checkpoint in the sidebar.")
+        st.info("No checkpoint yet. Train a model on the **Train** page, or upload a checkpoint in the sidebar.")
         st.stop()
     wanted = st.session_state.pop("predict_checkpoint", None)  # "Open best in Predict" on the Sweep page
     if wanted in choices:
         st.session_state["ckpt_choice"] = wanted
     # Options are paths (labels change when a score appears): the choice survives a new drawing.
     path = side.selectbox("Run checkpoint", list(choices), key="ckpt_choice", format_func=choices.get,
-                          help="With 10 or more saved drawings, each checkpoint's accuracy on them is shown.")
+                          help=f"With {MIN_FOR_ACCURACY} or more saved drawings, each checkpoint's accuracy on "
+                               "them is shown.")
 
 try:
     predictor = load_predictor(path, Path(path).stat().st_mtime)
@@ -162,8 +169,9 @@ mine = [(d, img) for d, img in zip(listing.drawings, listing.images, strict=True
         if list(d.classes) == predictor.classes]
 held = sum(d.held_out for d, _ in mine)
 st.caption(f"{len(mine)} saved drawing{'' if len(mine) == 1 else 's'} for these classes ({held} held out for "
-           f"validation) in {data_dir / 'my-drawings'}. With 10 or more, the checkpoint picker scores each "
-           "checkpoint on them; on the Train page, *My drawings share* mixes them into training."
+           f"validation) in {drawings_dir(data_dir)}; of each class the {held_out_ordinals()}, ... are held out. "
+           f"With {MIN_FOR_ACCURACY} or more, the checkpoint picker scores each checkpoint on them; on the Train "
+           "page, *My drawings share* mixes them into training."
            if mine else "No saved drawings yet: draw a digit, then click its true label to save it.")
 thumbs = st.columns(8)
 for k, (d, img) in enumerate(reversed(mine[-MAX_SHOWN:])):

@@ -46,7 +46,8 @@ picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode=
                           "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
                           "my_drawings_acc": st.column_config.NumberColumn(
                               "my drawings %", format="%.0f",
-                              help="best.pt on your saved drawings (Predict page), shown from 10 drawings on"),
+                              help=f"best.pt on your saved drawings (Predict page), shown from "
+                                   f"{MIN_FOR_ACCURACY} drawings on"),
                           "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
                           "lr": st.column_config.NumberColumn("lr", format="%g"),
                       })

@@ -13,7 +13,15 @@ from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import State
 from brnn_core.sweep import charts as sweep_charts
 from brnn_core.sweep.launch import start_sweep
-from brnn_core.sweep.plan import DEFAULT_GPU_SHARE, DEFAULT_KEEP_BEST, SCHEDULERS, SweepRequest, describe, plan_sweep
+from brnn_core.sweep.plan import (
+    CONNECT_TIMEOUT_S,
+    DEFAULT_GPU_SHARE,
+    DEFAULT_KEEP_BEST,
+    SCHEDULERS,
+    SweepRequest,
+    describe,
+    plan_sweep,
+)
 from brnn_core.sweep.records import (
     METRICS,
     Sweep,
@@ -40,10 +48,14 @@ BASE_FIELDS = (("epochs", "Epochs"), ("hidden_size", "Hidden size"), ("num_layer
                ("batch_size", "Batch size"), ("lr", "Learning rate"))
 
 
-@st.cache_data(ttl=20, show_spinner=False)
+PLAN_CACHE_S = 4 * CONNECT_TIMEOUT_S  # how long a checked plan is reused (a silent address costs the timeout)
+
+
+@st.cache_data(ttl=PLAN_CACHE_S, show_spinner=False)
 def plan_check(request: SweepRequest, runs_dir: str, data_dir: str) -> tuple[str | None, str | None]:
-    """(what will run, or why it cannot), kept 20 s: with an address, planning asks that host over TCP (up to
-    5 s when nothing answers), which must not stall every widget change while the address is typed."""
+    """(what will run, or why it cannot), kept PLAN_CACHE_S: with an address, planning asks that host over TCP
+    (up to CONNECT_TIMEOUT_S when nothing answers), which must not stall every widget change while the address
+    is typed."""
     try:
         return describe(plan_sweep(request, Path(runs_dir), Path(data_dir)), with_id=False), None
     except (SweepError, ValueError) as exc:

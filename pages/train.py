@@ -19,8 +19,9 @@ from brnn_core.config import (
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
 from brnn_core.devices import device_choices
 from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
-from brnn_core.runs.progress import progress_text
+from brnn_core.runs.progress import lr_plan, progress_text
 from brnn_core.runs.rundir import Run, RunError
+from brnn_core.schedule import SCHEDULES
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
 from ui.branch import branch_form
 from ui.common import flash, folders, memo, registry, run_picker, select_run, show_flashes, state_label
@@ -111,6 +112,8 @@ with left:
             preset(name, form[name])
             kwargs = {"format": fmt} if fmt else {}
             field(name, st.number_input, label=label, step=step, disabled=active, **kwargs)
+        preset("lr_schedule", form.setdefault("lr_schedule", defaults.lr_schedule))
+        field("lr_schedule", st.selectbox, label="Learning-rate schedule", options=list(SCHEDULES), disabled=active)
         preset("augment", form.setdefault("augment", defaults.augment))
         field("augment", st.selectbox, label="Augmentation (training images only)", options=list(AUGMENT_LEVELS),
               disabled=active, format_func=lambda a: f"auto: {resolve_augment(a, form['dataset'])} for this dataset"
@@ -204,7 +207,7 @@ with right:
         with st.container(border=True):
             st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
             c1, c2, c3, c5, c4 = st.columns([2, 2, 2, 2, 1], vertical_alignment="bottom")
-            c1.number_input("Learning rate", value=float(live["lr"]), format="%.5f", step=0.001, key="live_lr",
+            c1.number_input("Learning rate (peak)", value=float(live["lr"]), format="%.5f", step=0.001, key="live_lr",
                             min_value=0.0)
             c2.number_input("Gradient clipping", value=float(live["grad_clip"]), step=0.5, key="live_grad_clip",
                             min_value=0.0)
@@ -220,15 +223,16 @@ with right:
     log_y = o2.toggle("Log scale (loss)", value=False)
 
 
-def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, total_steps: int | None = None) -> list:
+def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, plan: tuple) -> list:
     """Rebuild the four figures only when metrics.csv grew or a chart option changed. Only the training-loss
-    figure changes with every log: the epoch charts change at epoch ends, the lr chart (drawn to the planned
-    last step) when the lr changes, so the browser redraws one chart per refresh, not four."""
+    figure changes with every log: the epoch charts change at epoch ends, the lr chart (the schedule's plan)
+    when the lr or epochs change, so the browser redraws one chart per refresh, not four."""
     rev = live_run.id  # uirevision: the user's zoom survives redraws of the same run
-    return memo("figures", (live_run.id, len(metrics), smoothing, log_y, total_steps), lambda: [
+    key = (live_run.id, len(metrics), smoothing, log_y, len(plan[0]), plan[0][-1:], plan[1][-1:])
+    return memo("figures", key, lambda: [
         charts.train_loss_figure(metrics, smoothing=smoothing, log_y=log_y, revision=rev),
         charts.epoch_loss_figure(metrics, revision=rev), charts.accuracy_figure(metrics, revision=rev),
-        charts.lr_figure(metrics, revision=rev, until_step=total_steps)])
+        charts.lr_figure(metrics, revision=rev, plan=plan)])
 
 
 def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool) -> None:
@@ -265,7 +269,9 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     m2.metric("val loss", f"{val['loss'].iloc[-1]:.4f}" if len(val) else "–")
     m3.metric("val accuracy", f"{100 * val['accuracy'].iloc[-1]:.2f}%" if len(val) else "–")
     m4.metric("test accuracy", f"{100 * s['test_acc']:.2f}%" if s.get("test_acc") is not None else "–")
-    figures = cached_figures(live_run, metrics, smoothing, log_y, total or None)
+    config = live_run.config()
+    plan = lr_plan(config, s, events, start=int((config.get("parent") or {}).get("step", 0)))  # a branch: its own
+    figures = cached_figures(live_run, metrics, smoothing, log_y, plan)
     c1, c2 = st.columns(2)
     c1.plotly_chart(figures[0], key="chart_train", on_select="ignore")
     c2.plotly_chart(figures[1], key="chart_epoch", on_select="ignore")
@@ -280,8 +286,8 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
 
 
 with right:
-    # Every 3 s while the run can change: on a 2-core machine each redraw (server and browser) takes CPU
-    # from training: at 1 s the run trained at 0.71x its CLI speed, at 2 s 0.85x, at 3 s 0.99x
-    # (bench/README.md, "The dashboard while it streams a run"). An ended run is only watched for a
-    # resume from elsewhere (the CLI, another tab), which a slower poll catches.
+    # Every LIVE_REFRESH_S while the run can change: on a small machine each redraw (server and browser) takes
+    # CPU from training, and a shorter interval slows the run measurably (bench/README.md, "The dashboard while
+    # it streams a run"). An ended run is only watched for a resume from elsewhere (the CLI, another tab),
+    # which a slower poll catches.
     st.fragment(run_every=LIVE_REFRESH_S if active else 5.0)(live_panel)(str(run.path), state, smoothing, log_y)

@@ -107,9 +107,11 @@ def trained_ckpt(trained_run: Run) -> Path:
 
 @pytest.fixture(scope="session")
 def finished(tmp_path_factory) -> Run:
-    """One small finished run (hidden 16, 1 epoch), trained once per session; tests copy it (helpers.copy_run)."""
+    """One small finished run (hidden 16, 1 epoch), trained once per session; tests copy it (helpers.copy_run).
+
+    Its lr is constant (the blog's recipe), so a branch or resume of it trains at exactly the lr it is given."""
     root = tmp_path_factory.mktemp("finished")
-    run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=16)
+    run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=16, lr_schedule="constant")
     assert state == "finished", run.status()
     return run
 

@@ -191,6 +191,17 @@ def train_run(runs_dir: Path, data_dir: Path | None = None, **overrides) -> tupl
     return run, run_training(run, data_dir=data_dir or runs_dir)
 
 
+def stop_at(run: Run, step: int, **stop: str) -> Callable[[str, dict], None]:
+    """A run_training printer that sends `stop` (with `stop`'s fields, e.g. a scheduler's source and reason) when
+    `step` is logged: the worker applies it before the next step, so with log_interval 1 the run stops at `step`."""
+
+    def printer(kind: str, info: dict) -> None:
+        if kind == "log" and info["step"] == step:
+            run.send_command("stop", **stop)
+
+    return printer
+
+
 def fake_finished_run(runs_dir: Path, **overrides) -> Run:
     """A finished-looking run with metrics, events and a real (untrained) checkpoint; no training."""
     from brnn_core.checkpoint import save_checkpoint

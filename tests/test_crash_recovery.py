@@ -27,6 +27,7 @@ from helpers import (
     kill_pid,
     make_run,
     metric_lines,
+    no_exception,
     pid_alive,
     stop_process,
     texts,
@@ -55,7 +56,6 @@ def rows_added(before: list, after: list) -> list:
     return after[n:]
 
 
-
 def assert_reads_cleanly(run: Run) -> int | None:
     """Everything a reader touches parses after a kill; returns last.pt's step (None if not saved yet)."""
     data = read_run(run.path)
@@ -82,73 +82,44 @@ def assert_reads_cleanly(run: Run) -> int | None:
     return load_checkpoint(run.last_ckpt).step
 
 
-def test_sigkill_at_random_moments_then_resume_20_times(tmp_path, zygote, idx_data, monkeypatch):
-    """kill -> check -> resume -> kill ... on one run, killing during steps, checkpoint writes and appends.
+def start_worker(cycle: int, run: Run, idx_data: Path, zygote, resume_argv: list, log: Path):
+    """(process or None, pid): cycles 1 and 20 spawn the worker as the dashboard does, the others fork it."""
+    if cycle in (0, KILLS - 1):
+        proc = jobs.spawn_worker(run, data_dir=idx_data, resume=cycle > 0)
+        return proc, proc.pid
+    return None, zygote.fork(resume_argv, log)
 
-    Cycles 1 and 20 start the worker exactly as the dashboard does (jobs.spawn_worker: a fresh
-    `python -m brnn_core train` process); the others are forked from a launcher that already imported
-    torch (the same `cli.main` code, without seconds of imports per cycle).
-    """
-    seed = int(os.environ.get("BRNN_KILL_SEED") or time.time_ns() % 2**32)
-    rng = random.Random(seed)
-    runs_dir = tmp_path / "runs"
-    run = make_run(runs_dir, base=TINY, dataset="mnist")
-    log = run.path / "worker.log"
-    resume_argv = ["train", "--run-dir", run.path, "--resume", run.path, "--data-dir", idx_data]
-    ckpt_step: int | None = None
-    rows_checked = 0
-    history = []
-    with worker_environ(monkeypatch):
-        for cycle in range(KILLS):
-            before = metric_lines(run)
-            proc = None
-            if cycle == 0:
-                proc = jobs.spawn_worker(run, data_dir=idx_data)
-                pid = proc.pid
-            elif cycle == KILLS - 1:
-                proc = jobs.spawn_worker(run, data_dir=idx_data, resume=True)
-                pid = proc.pid
-            else:
-                pid = zygote.fork(resume_argv, log)
-            rc = None
-            try:
-                # now and then kill while it is still starting or loading (not the real-process cycles,
-                # which must show that a spawned worker resumes)
-                early = proc is None and rng.random() < 0.2
-                if not early:
-                    wait_for(lambda b=before, p=pid: (rows_added(b, metric_lines(run))
-                                                        and run.raw_status().get("pid") == p) or not pid_alive(p),
-                               300, f"cycle {cycle}: the worker to train (seed {seed})")
-                    assert pid_alive(pid), f"cycle {cycle}: the worker exited: {log.read_text()[-2000:]}"
-                delay = rng.uniform(0.05, 1.0) if early else rng.uniform(0.0, 1.2)
-                time.sleep(delay)
-                os.kill(pid, signal.SIGKILL)
-            finally:
-                if proc is not None:
-                    proc.kill()
-                    rc = proc.wait(60)
-                else:
-                    kill_pid(pid)
-                    rc = zygote.wait(pid, timeout=60)
-            assert rc == -signal.SIGKILL, f"cycle {cycle}: the worker ended by itself (rc {rc}) before the kill"
-            wait_for(lambda p=pid: not pid_alive(p), 60, "the killed worker to vanish")
-            new_step = assert_reads_cleanly(run)
-            new_rows = rows_added(before, metric_lines(run))
-            if new_rows:
-                first = int(new_rows[0].split(b",")[0])
-                # The resumed run continues right after the step its last.pt recorded.
-                expected = 1 if ckpt_step is None else ckpt_step + 1
-                assert first == expected, (f"cycle {cycle} (seed {seed}): first new step {first}, "
-                                           f"last.pt had step {ckpt_step}")
-                rows_checked += 1
-            torn = sorted(p.name.split(".")[1] for p in run.checkpoint_dir.glob(".*.tmp"))  # killed mid-save
-            history.append((cycle, "early" if early else "training", round(delay, 2), len(new_rows), new_step, torn))
-            ckpt_step = new_step if new_step is not None else ckpt_step
-    print(f"seed {seed}: (cycle, phase, delay, new rows, last.pt step, torn saves)", *history, sep="\n  ")
-    assert rows_checked >= KILLS // 2, f"too few cycles reached training (seed {seed}): {history}"
-    assert ckpt_step is not None and ckpt_step > 0, history
 
-    # One last resume, stopped on request: it picks up from last.pt and ends cleanly.
+def kill_at_a_random_moment(run: Run, proc, pid: int, zygote, rng: random.Random, before: list, what: str,
+                            log: Path) -> tuple[bool, float]:
+    """SIGKILL the worker while it trains (or, now and then, while it is still starting); once it is gone,
+    (killed early, delay after training showed) for the history."""
+    rc = None
+    try:
+        # now and then kill while it is still starting or loading (not the real-process cycles, which must
+        # show that a spawned worker resumes)
+        early = proc is None and rng.random() < 0.2
+        if not early:
+            wait_for(lambda: (rows_added(before, metric_lines(run)) and run.raw_status().get("pid") == pid)
+                     or not pid_alive(pid), 300, f"{what}: the worker to train")
+            assert pid_alive(pid), f"{what}: the worker exited: {log.read_text()[-2000:]}"
+        delay = rng.uniform(0.05, 1.0) if early else rng.uniform(0.0, 1.2)
+        time.sleep(delay)
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        if proc is not None:
+            proc.kill()
+            rc = proc.wait(60)
+        else:
+            kill_pid(pid)
+            rc = zygote.wait(pid, timeout=60)
+    assert rc == -signal.SIGKILL, f"{what}: the worker ended by itself (rc {rc}) before the kill"
+    wait_for(lambda: not pid_alive(pid), 60, "the killed worker to vanish")
+    return early, delay
+
+
+def assert_final_resume_stops_cleanly(run: Run, zygote, resume_argv: list, log: Path, ckpt_step: int) -> None:
+    """One last resume, stopped on request: it picks up from last.pt and ends cleanly."""
     before = metric_lines(run)
     pid = zygote.fork(resume_argv, log)
     try:
@@ -166,6 +137,45 @@ def test_sigkill_at_random_moments_then_resume_20_times(tmp_path, zygote, idx_da
     assert not list(run.checkpoint_dir.glob(".*.tmp")), "temp files of killed saves were not cleaned up"
     resumes = [e for e in run.events() if e["kind"] == "resume"]
     assert len(resumes) >= KILLS // 2
+
+
+def test_sigkill_at_random_moments_then_resume_20_times(tmp_path, zygote, idx_data, monkeypatch):
+    """kill -> check -> resume -> kill ... on one run, killing during steps, checkpoint writes and appends.
+
+    Cycles 1 and 20 start the worker exactly as the dashboard does (jobs.spawn_worker: a fresh
+    `python -m brnn_core train` process); the others are forked from a launcher that already imported
+    torch (the same `cli.main` code, without seconds of imports per cycle).
+    """
+    seed = int(os.environ.get("BRNN_KILL_SEED") or time.time_ns() % 2**32)
+    rng = random.Random(seed)
+    run = make_run(tmp_path / "runs", base=TINY, dataset="mnist")
+    log = run.path / "worker.log"
+    resume_argv = ["train", "--run-dir", run.path, "--resume", run.path, "--data-dir", idx_data]
+    ckpt_step: int | None = None
+    rows_checked = 0
+    history = []
+    with worker_environ(monkeypatch):
+        for cycle in range(KILLS):
+            before = metric_lines(run)
+            proc, pid = start_worker(cycle, run, idx_data, zygote, resume_argv, log)
+            early, delay = kill_at_a_random_moment(run, proc, pid, zygote, rng, before,
+                                                   f"cycle {cycle} (seed {seed})", log)
+            new_step = assert_reads_cleanly(run)
+            new_rows = rows_added(before, metric_lines(run))
+            if new_rows:
+                first = int(new_rows[0].split(b",")[0])
+                # The resumed run continues right after the step its last.pt recorded.
+                expected = 1 if ckpt_step is None else ckpt_step + 1
+                assert first == expected, (f"cycle {cycle} (seed {seed}): first new step {first}, "
+                                           f"last.pt had step {ckpt_step}")
+                rows_checked += 1
+            torn = sorted(p.name.split(".")[1] for p in run.checkpoint_dir.glob(".*.tmp"))  # killed mid-save
+            history.append((cycle, "early" if early else "training", round(delay, 2), len(new_rows), new_step, torn))
+            ckpt_step = new_step if new_step is not None else ckpt_step
+    print(f"seed {seed}: (cycle, phase, delay, new rows, last.pt step, torn saves)", *history, sep="\n  ")
+    assert rows_checked >= KILLS // 2, f"too few cycles reached training (seed {seed}): {history}"
+    assert ckpt_step is not None and ckpt_step > 0, history
+    assert_final_resume_stops_cleanly(run, zygote, resume_argv, log, ckpt_step)
 
 
 # ------------------------------------------------------------------ server restart
@@ -222,7 +232,7 @@ def test_dashboard_restart_shows_the_true_state_of_a_live_run(tmp_path, idx_data
 
             at = app_test(monkeypatch, runs_dir, idx_data)
             at.run()
-            assert not at.exception, texts(at.exception)
+            no_exception(at)
             assert any(run.id in m and "running" in m for m in texts(at.markdown)), texts(at.markdown)
             buttons = {b.label: b.disabled for b in at.button}
             assert buttons["Start training"] is True and buttons["Stop"] is False and buttons["Pause"] is False
@@ -232,7 +242,7 @@ def test_dashboard_restart_shows_the_true_state_of_a_live_run(tmp_path, idx_data
             assert run.status()["state"] == "interrupted"
             at = app_test(monkeypatch, runs_dir, idx_data)
             at.run()
-            assert not at.exception, texts(at.exception)
+            no_exception(at)
             assert any(run.id in m and "interrupted" in m for m in texts(at.markdown)), texts(at.markdown)
             assert any("the worker stopped without saying why" in w for w in texts(at.warning)), texts(at.warning)
             buttons = {b.label: b.disabled for b in at.button}

@@ -10,9 +10,15 @@ import psutil
 import pytest
 from helpers import copy_run, fake_finished_run
 
+from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index as run_index
-from brnn_core.runs.index import RunIndex, checkpoint_choices, summary, val_summary
+from brnn_core.runs.index import RunIndex, summary_row, val_summary
 from brnn_core.runs.rundir import METRIC_COLUMNS, Run, delete_run
+
+
+def summary(run: Run) -> dict:
+    """One row of the runs table, read afresh: the reference the index must agree with."""
+    return summary_row(run.id, run.config(), run.status(), val_summary(read_complete_lines(run.metrics_path)[0]))
 
 
 def three_runs(runs_dir) -> list[Run]:
@@ -66,7 +72,7 @@ def test_checkpoints_written_or_pruned_show_without_reading_the_run_again(runs_d
     index = RunIndex(runs_dir)
     before = index.checkpoint_choices()
     assert {(c.run_id, c.kind) for c in before} == {(r.id, "best") for r in runs}
-    assert before == checkpoint_choices(runs_dir)  # the uncached function agrees
+    assert before == RunIndex(runs_dir).checkpoint_choices()  # a fresh index agrees
     os.link(runs[0].best_ckpt, runs[0].last_ckpt)  # a last.pt appears
     runs[1].best_ckpt.unlink()  # a sweep prunes a trial's checkpoint
     after = {(c.run_id, c.kind) for c in index.checkpoint_choices()}

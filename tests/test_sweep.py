@@ -32,7 +32,7 @@ from sweep_helpers import (
     wait_until,
 )
 
-from brnn_core.runs.index import checkpoint_choices
+from brnn_core.runs.index import RunIndex
 from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.records import trials_table
@@ -84,7 +84,7 @@ def test_fifo_sweep_records_trials_as_runs_and_prunes_last_pt(runs_dir, data_dir
             assert any(e["kind"] == "pruned" for e in run.events())
     assert info["pruned"]["last.pt"] == 2
     assert sorted(trials_table(sweep)["last.pt"]) == ["kept", "pruned", "pruned"]
-    assert all(c.path.is_file() for c in checkpoint_choices(runs_dir))
+    assert all(c.path.is_file() for c in RunIndex(runs_dir).checkpoint_choices())
     # two at a time: some trials trained side by side
     spans = sorted((r.status()["started"], r.status()["ended"]) for r in trials.values())
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), spans

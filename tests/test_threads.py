@@ -97,7 +97,7 @@ def test_claims_of_other_live_processes_are_shared_and_stale_ones_dropped(tmp_pa
     assert (plan.threads, plan.auto) == (2, True)
     mine = json.loads(claims.path.read_text())  # what the other process will see of this one
     assert mine["threads"] == 2 and mine["auto"] is True
-    claims.release()
+    threads.release_claim(folder)
     assert not claims.path.exists()
 
 
@@ -123,4 +123,4 @@ def test_thread_keeper_follows_the_plan_between_steps(tmp_path, other_process):
         claims.planned_at -= threads.REPLAN_EVERY_S
         hook(30)
         assert torch.get_num_threads() == 3 and changes[-1] == (30, 3)
-    claims.release()
+    threads.release_claim(folder)

@@ -11,6 +11,7 @@ It lives apart from the training code it measures; nothing in brnn_core imports 
   bench_eval      eval rows                bench_predict  predict rows
   bench_scaling   scaling rows
   results         the printed table and the csv/json files
+  machine         what machine a result was measured on (also used by the scripts in bench/)
   blog_baseline   a faithful copy of the blog post's script: the baseline
 """
 

@@ -1,9 +1,10 @@
-"""The *predict* rows: a 280x280 RGBA canvas to probabilities with inference.Predictor, median and p95."""
+"""The *predict* rows: a 280x280 RGBA canvas to probabilities with inference.predictor.Predictor, median and p95."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from PIL import Image, ImageDraw
 
 from brnn_core.benchmarks.context import Context, timed
 from brnn_core.benchmarks.rows import Row, median, percentile, stat_row
@@ -16,8 +17,6 @@ from brnn_core.model import BiLSTM, ModelConfig
 
 def synthetic_canvas(size: int = 280, stroke: int = 20) -> np.ndarray:
     """A hand-drawn-looking '2' as the dashboard's canvas returns it: (size, size, 4) uint8 RGBA."""
-    from PIL import Image, ImageDraw
-
     img = Image.new("RGBA", (size, size), (0, 0, 0, 0))
     k = size / 280
     points = [(95, 95), (120, 65), (165, 60), (190, 90), (180, 130), (140, 170), (95, 215), (150, 212), (200, 210)]

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import torch
 
 from brnn_core.benchmarks.child import Child
@@ -36,7 +37,7 @@ def worker_window(cfg: TrainConfig, n_images: int) -> tuple[int, int, int]:
 
     The first log interval is warm-up; timing runs from the first logged step to the last one of the epoch.
     """
-    n_train = n_images - max(1, int(round(n_images * cfg.val_fraction)))  # as data.split_train_val
+    n_train = n_images - max(1, int(round(n_images * cfg.val_fraction)))  # as data.batching.split_train_val
     steps_per_epoch = math.ceil(n_train / cfg.batch_size)
     first = cfg.log_interval
     last = steps_per_epoch // cfg.log_interval * cfg.log_interval
@@ -51,8 +52,6 @@ def wait_and_measure(proc, run) -> float:
     peak_sampled, rusage = 0, None
     deadline = time.monotonic() + 900
     try:
-        import psutil
-
         watched = psutil.Process(proc.pid)
     except Exception:  # noqa: BLE001 - sampling is only a fallback
         watched = None

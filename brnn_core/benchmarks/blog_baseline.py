@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torchvision.transforms as transforms
 from PIL import Image
 from torch import nn
 
@@ -78,8 +79,6 @@ class PILDigits(torch.utils.data.Dataset):
 def make_loader(images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 100, shuffle: bool = True,
                 generator: torch.Generator | None = None) -> torch.utils.data.DataLoader:
     """The script's `DataLoader(dataset=..., batch_size=batch_size, shuffle=...)` over ToTensor'd PIL images."""
-    import torchvision.transforms as transforms
-
     dataset = PILDigits(images, labels, transform=transforms.ToTensor())
     return torch.utils.data.DataLoader(dataset=dataset, batch_size=batch_size, shuffle=shuffle, generator=generator)
 

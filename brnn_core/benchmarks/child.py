@@ -19,6 +19,11 @@ from brnn_core.benchmarks.sides import BlogEvaluator, BlogTrainer, EngineEvaluat
 from brnn_core.data.loading import load_dataset
 from brnn_core.training.allocator import tune_malloc
 
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
+
 CHECKOUT = Path(__file__).resolve().parents[2]  # the folder brnn_core/ sits in: the child imports it from there
 
 
@@ -99,9 +104,7 @@ def children(specs: dict[str, tuple]) -> Iterator[dict[str, Child]]:
 
 def minor_faults() -> int:
     """Page faults this process has taken so far (0 where `resource` is missing)."""
-    try:
-        import resource
-    except ImportError:  # Windows
+    if resource is None:
         return 0
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 

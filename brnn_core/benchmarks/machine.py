@@ -14,7 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import torch
+import torchvision
 
 from brnn_core import __version__
 
@@ -42,8 +44,6 @@ def git_commit() -> str | None:
 
 
 def machine_info(device: torch.device) -> dict:
-    import psutil
-
     info = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "device": str(device),
@@ -63,11 +63,8 @@ def machine_info(device: torch.device) -> dict:
         "platform": platform.platform(),
         "brnn_core": __version__,
         "git_commit": git_commit(),
+        "torchvision": torchvision.__version__,
     }
-    with contextlib.suppress(ImportError):
-        import torchvision
-
-        info["torchvision"] = torchvision.__version__
     if hasattr(os, "getloadavg"):
         info["load_avg_start"] = [round(v, 2) for v in os.getloadavg()]
     return info

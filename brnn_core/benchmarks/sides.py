@@ -71,7 +71,7 @@ class EngineTrainer(Trainer):
 
 
 class BlogTrainer(Trainer):
-    """The blog script's training loop (brnn_core.blog_baseline) on the same uint8 images."""
+    """The blog script's training loop (brnn_core.benchmarks.blog_baseline) on the same uint8 images."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, seed: int = 0):
         cfg = TrainConfig()

@@ -7,7 +7,7 @@ Benchmarks (pick with --only):
   worker   the dashboard's path (jobs.start_worker: subprocess + run directory + control
            polling) vs the bare engine: its overhead in percent; also start-up and peak RSS
   eval     a whole test set through engine.evaluate vs the blog's evaluation loop
-  predict  280x280 RGBA canvas -> probabilities with inference.Predictor: median and p95 latency
+  predict  280x280 RGBA canvas -> probabilities with inference.predictor.Predictor: median and p95 latency
   scaling  throughput vs batch size, hidden size, threads and eval batch; where a step's time goes
   memory   the worker's peak RSS; on CUDA also torch.cuda.max_memory_allocated
   defaults `python -m brnn_core train` with default settings vs the blog loop, full Fashion-MNIST epochs

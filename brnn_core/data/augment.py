@@ -116,7 +116,7 @@ def augment_batch(images: torch.Tensor, strength: AugmentStrength | None,
                   generator: torch.Generator) -> torch.Tensor:
     """A randomly changed copy of a batch of (B, 28, 28) images, on their device, in their dtype.
 
-    Float images are expected in [0, 1] (what `data.to_input` gives); uint8 ones in 0..255."""
+    Float images are expected in [0, 1] (what `batching.to_input` gives); uint8 ones in 0..255."""
     if strength is None or not len(images):
         return images
     device, dtype = images.device, images.dtype

@@ -7,8 +7,9 @@ Stored under `<data_dir>/my-drawings/`, three files per drawing, all named by it
   <id>.json         {"label", "class_name", "classes", "created", "held_out"}, written last
 
 The .json is what makes a drawing exist, so a save cut short leaves no half drawing in the list.
-Of each class, the 3rd, 8th, 13th, ... drawing saved is held out (`held_out`, fixed at saving):
-training mixes in only the others, so accuracy on the held-out ones is an honest before/after.
+Of each class, one drawing in HOLD_OUT_EVERY is held out (`held_out`, fixed at saving; which ones, in
+words: `held_out_ordinals`): training mixes in only the others, so accuracy on the held-out ones is an
+honest before/after.
 A damaged or foreign file in the folder is skipped with a warning, never an error.
 """
 
@@ -32,8 +33,7 @@ from brnn_core.data.canvas import preprocess
 from brnn_core.fileio import atomic_write, atomic_write_json
 
 FOLDER = "my-drawings"
-NAME = "my-drawings"
-HOLD_OUT_EVERY, HOLD_OUT_AT = 5, 2  # per class: the drawings numbered 2, 7, 12, ... (from 0) are held out
+HOLD_OUT_EVERY, HOLD_OUT_AT = 5, 2  # per class, drawing i (from 0, in saving order) is held out: `is_held_out`
 MIN_FOR_ACCURACY = 10  # fewer drawings than this say too little about a checkpoint to show a score
 _ID = re.compile(r"^\d{8}-\d{6}-\d{6}-[0-9a-f]{6}$")
 
@@ -78,6 +78,22 @@ def drawings_dir(data_dir: Path | str) -> Path:
     return Path(data_dir) / FOLDER
 
 
+def is_held_out(index: int) -> bool:
+    """Whether a class's drawing number `index` (counted from 0, in saving order) is held out."""
+    return index % HOLD_OUT_EVERY == HOLD_OUT_AT
+
+
+def ordinal(n: int) -> str:
+    """1 -> '1st', 2 -> '2nd', 3 -> '3rd', 8 -> '8th', 11 -> '11th', 22 -> '22nd'."""
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def held_out_ordinals(count: int = 3) -> str:
+    """The first `count` held-out drawings of a class, for messages ('3rd, 8th, 13th' for every 5th from the 3rd)."""
+    return ", ".join(ordinal(HOLD_OUT_AT + 1 + k * HOLD_OUT_EVERY) for k in range(count))
+
+
 def save_drawing(data_dir: Path | str, canvas: np.ndarray, label: int, classes: list[str],
                  *, now: float | None = None) -> Drawing:
     """Save a canvas drawing as class `label` of `classes`; refuses a canvas with no ink."""
@@ -97,7 +113,7 @@ def save_drawing(data_dir: Path | str, canvas: np.ndarray, label: int, classes: 
         + secrets.token_hex(3)
     same_class = sum(1 for d in list_drawings(data_dir, classes).drawings if d.label == int(label))
     drawing = Drawing(drawing_id, int(label), classes[int(label)], tuple(classes), now,
-                      same_class % HOLD_OUT_EVERY == HOLD_OUT_AT, folder)
+                      is_held_out(same_class), folder)
     rgba = np.clip(np.nan_to_num(canvas.astype(np.float32)), 0, 255).astype(np.uint8)
     if rgba.shape[2] != 4:
         rgba = np.asarray(Image.fromarray(rgba[..., :3]).convert("RGBA"))

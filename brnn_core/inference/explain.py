@@ -1,6 +1,6 @@
 """Looking inside the BiLSTM: what it thinks after each row, and which pixels pushed its answer.
 
-Two views of one 28x28 input (floats in [0, 1], the model's input space: `data.to_input` maps a
+Two views of one 28x28 input (floats in [0, 1], the model's input space: `data.batching.to_input` maps a
 0 pixel to 0.0, so "black" is the zero image):
 
 - `prefix_probabilities`: the model run on the first t+1 rows only, as a shorter sequence read in
@@ -57,7 +57,7 @@ def integrated_gradients(model: nn.Module, x: torch.Tensor, target: int | None =
     background pixels (exactly 0) get exactly 0 and the mass sits on the ink. The attributions sum
     to logit(x) - logit(black) up to the returned convergence gap (completeness).
     """
-    from captum.attr import IntegratedGradients
+    from captum.attr import IntegratedGradients  # lazy: captum takes seconds to import; only attribution needs it
 
     device = next(model.parameters()).device
     inp = x.to(device=device, dtype=torch.float32).unsqueeze(0)  # (1, T, 28)

@@ -182,7 +182,7 @@ class RunIndex:
         self.runs_dir = Path(runs_dir)
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
-        self.reads = 0  # runs (re)read from disk so far: how tests and the bench see the cache work
+        self.reads = 0  # runs (re)read from disk so far: how the tests see the cache work
         self._generation = 0  # goes up whenever a run was added, re-read or removed
         self._memo: dict[str, tuple[int, object]] = {}  # name -> (generation, result) of results built from it
         self._frames = MetricsCache()
@@ -310,13 +310,8 @@ class MetricsCache:
 
 
 # ---------------------------------------------------------------- read afresh, for Python users
-def summary(run: Run) -> dict:
-    """One row of the runs table, read afresh (a RunIndex keeps them between calls)."""
-    return summary_row(run.id, run.config(), run.status(), val_summary(read_complete_lines(run.metrics_path)[0]))
-
-
 def runs_table(runs_dir: Path) -> pd.DataFrame:
-    """Every run's summary row, newest first, read afresh (the pages keep a `run_index.RunIndex` instead)."""
+    """Every run's summary row, newest first, read afresh (the pages keep one `RunIndex` instead)."""
     return RunIndex(runs_dir).table()
 
 
@@ -336,9 +331,3 @@ def read_run(path: Path | str) -> RunData:
     if not run.exists():
         raise RunError(f"{path}: not a run directory (no config.json)")
     return RunData(run.id, run.config(), run.status(), run.metrics(), pd.DataFrame(run.events()))
-
-
-def checkpoint_choices(runs_dir: Path) -> list[CheckpointChoice]:
-    """Every run's best.pt and last.pt, highest validation accuracy first (best.pt before last.pt on a tie),
-    read afresh (the pages keep a `run_index.RunIndex` instead)."""
-    return RunIndex(runs_dir).checkpoint_choices()

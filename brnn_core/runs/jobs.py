@@ -1,9 +1,11 @@
-"""Background training, the dashboard's side: start worker processes and keep track of them.
+"""Background jobs, the dashboard's side: start training workers (and sweep drivers) and keep track of them.
 
 The dashboard never trains in its own process: a crash must not take the UI down and GPU
 memory must be freed when a run ends. `start_worker` creates the run directory and spawns
 `python -m brnn_core train --run-dir DIR`; the page then steers it through the control channel
-(`Run.send_command`, format and worker side in control.py) and reads the run directory.
+(`Run.send_command`; the worker's side is training.control) and reads the run directory.
+`JobRegistry` is the one place the dashboard starts anything, runs and sweeps alike (sweep.launch
+passes it a sweep driver), so only one job trains at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 from brnn_core.config import TrainConfig
 from brnn_core.runs.branch import create_branch
@@ -44,8 +48,6 @@ def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False
         proc = subprocess.Popen(worker_command(run.path, resume=resume), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                 cwd=str(Path(__file__).resolve().parents[2]))
-    import psutil
-
     try:
         started = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 
 from brnn_core import __version__
 from brnn_core.fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
@@ -130,7 +131,9 @@ class Run:
         append_line(self.events_path, json.dumps(record, default=str))
 
     def send_command(self, cmd: str, **args: Any) -> str:
-        """Queue a command (control.COMMANDS) for the worker; returns its id."""
+        """Queue a command (pause, resume, stop, or set with field and value) for the worker; returns its id.
+
+        The worker's side, and what each command does: training.control."""
         cid, line = command_line(cmd, now_iso(), **args)
         append_line(self.control_path, line)
         return cid
@@ -189,8 +192,6 @@ def worker_alive(status: dict) -> bool:
     host = status.get("host")
     if host and host != socket.gethostname():
         return time.time() - float(status.get("heartbeat") or 0) < REMOTE_STALE_S
-    import psutil
-
     try:
         proc = psutil.Process(int(pid))
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -262,9 +263,6 @@ def delete_run(runs_dir: Path, run_id: str) -> None:
     trash = run.path.with_name(f".deleting-{run.id}-{secrets.token_hex(3)}")
     os.rename(run.path, trash)  # vanish from listings at once, then remove
     shutil.rmtree(trash, ignore_errors=True)
-
-
-COMMANDS = ("pause", "resume", "stop", "set")  # "set" carries field and value (a LIVE_FIELDS name)
 
 
 def command_line(cmd: str, time_iso: str, **args) -> tuple[str, str]:

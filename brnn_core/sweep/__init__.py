@@ -7,7 +7,9 @@
     trial.py     the Tune trainable: one trial = one run, trained by the worker's run_training
     steering.py  Tune schedulers, stopper and callback that act through the runs' control channel
     tuning.py    the Tuner itself; runner.py: Ray's start and end, the driver loop, --resume
+    cluster.py   on a cluster, checked before any trial: every node sees the runs and data folders
     cli.py       `python -m brnn_core sweep`; launch.py: the dashboard starting a sweep in the background
+    charts.py    the Sweep page's figures: every trial's curve, parallel coordinates
 
-Only trial/steering/tuning/runner import ray, and only once a sweep runs.
+Only trial, steering, tuning, runner and cluster (and space.to_tune) import ray, and only once a sweep runs.
 """

@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from brnn_core.sweep.plan import DEFAULT_KEEP_BEST, SCHEDULERS, SweepRequest
+from brnn_core.data.datasets import default_data_dir
+from brnn_core.data.loading import ensure_dataset
+from brnn_core.runs.rundir import default_runs_dir
+from brnn_core.sweep.plan import DEFAULT_KEEP_BEST, SCHEDULERS, SweepRequest, plan_sweep
 from brnn_core.sweep.records import METRICS
+from brnn_core.sweep.runner import resume_sweep, run_sweep
+from brnn_core.sweep.space import SweepError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -47,13 +52,6 @@ def request_from(args) -> SweepRequest:
 
 
 def cmd_sweep(args) -> int:
-    from brnn_core.data.datasets import default_data_dir
-    from brnn_core.data.loading import ensure_dataset
-    from brnn_core.runs.rundir import default_runs_dir
-    from brnn_core.sweep.plan import plan_sweep
-    from brnn_core.sweep.runner import resume_sweep, run_sweep
-    from brnn_core.sweep.space import SweepError
-
     runs_dir = (args.runs_dir or default_runs_dir()).resolve()
     data_dir = (args.data_dir or default_data_dir()).resolve()
     printer = lambda line: print(line, flush=True)  # noqa: E731

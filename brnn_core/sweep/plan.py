@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import torch
 
 from brnn_core.config import ConfigError, TrainConfig, load_train_config
 from brnn_core.sweep.records import METRICS, new_sweep_id, sweeps_dir
@@ -137,16 +140,31 @@ def check_schedule(request: SweepRequest, cfg: TrainConfig, total: int) -> int:
     return interval
 
 
+def ray_address_file() -> Path:
+    """Where `ray start --head` writes its address on this machine (Ray's own `auto` reads it)."""
+    return Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+
+
 def cluster_address(address: str | None) -> str | None:
-    """--address, else $RAY_ADDRESS; checked to answer on TCP now, so a typo fails in seconds, not minutes."""
+    """--address, else $RAY_ADDRESS, as HOST:PORT (`auto`: the head started on this machine), checked to
+    answer on TCP now, so a typo fails in seconds, not minutes. None: an embedded Ray."""
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None or address == "local":
         return None
+    if address == "auto":
+        found = ray_address_file()
+        text = found.read_text().strip() if found.is_file() else ""
+        if not text:
+            raise SweepError(f"--address auto: no Ray head was started on this machine ({found} is missing). Start "
+                             "one with `ray start --head --port=PORT`, give its HOST:PORT, or drop --address to run "
+                             "on this machine")
+        address = text
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise SweepError(f"--address {address}: write it as HOST:PORT, the head's `ray start --head --port=PORT`")
+        raise SweepError(f"--address {address}: write it as HOST:PORT (the head's `ray start --head --port=PORT`) "
+                         "or auto")
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise SweepError(f"--address {address}: nothing answers there ({exc.strerror or exc}). Start the head "
                          f"with `ray start --head --port={port}` on {host}, or drop --address to run on this "
@@ -155,8 +173,6 @@ def cluster_address(address: str | None) -> str | None:
 
 
 def local_gpus() -> int:
-    import torch
-
     return torch.cuda.device_count()
 
 

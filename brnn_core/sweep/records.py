@@ -33,7 +33,6 @@ from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.space import SearchSpec
 
 FORMAT_VERSION = 1
-SWEEP_STATES = (State.RUNNING, State.FINISHED, State.STOPPED, State.FAILED, State.INTERRUPTED)
 # metric name -> (metrics.csv column of the val rows, Tune mode)
 METRICS = {"val_loss": ("loss", "min"), "val_accuracy": ("accuracy", "max")}
 
@@ -174,12 +173,11 @@ def active_sweeps(runs_dir: Path) -> list[Sweep]:
 # ---------------------------------------------------------------- reading trials
 @dataclass
 class TrialScore:
-    """A trial's metric: the best value over its validation rows, the last one, and when."""
+    """A trial's metric: the best value over its validation rows (and at which epoch), and the last one."""
 
     best: float | None
     best_epoch: float | None
     last: float | None
-    epochs_done: int
 
 
 def score(run: Run, metric: str) -> TrialScore:
@@ -187,9 +185,9 @@ def score(run: Run, metric: str) -> TrialScore:
     val = run.metrics()
     val = val[val["split"] == "val"].dropna(subset=[column])
     if not len(val):
-        return TrialScore(None, None, None, 0)
+        return TrialScore(None, None, None)
     row = val.loc[val[column].idxmin() if mode == "min" else val[column].idxmax()]
-    return TrialScore(float(row[column]), float(row["epoch"]), float(val[column].iloc[-1]), int(val["epoch"].max()))
+    return TrialScore(float(row[column]), float(row["epoch"]), float(val[column].iloc[-1]))
 
 
 def ranked(runs: list[Run], metric: str) -> list[tuple[Run, TrialScore]]:

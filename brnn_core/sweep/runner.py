@@ -7,7 +7,10 @@ processes even if this one is killed). With an address it joins a running cluste
 Ray facts that shape this file (Ray 2.60, measured; README "Sweeps and clusters"):
 - Ray turns a node address of 127.0.0.1 into the machine's network address and then listens on
   every interface; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes it keep 127.0.0.1 and listen only there.
-  It is read when ray is imported, so the environment is set up before that import.
+  It is read when ray is imported, so the environment is set up before that import. It also makes a
+  client refuse a normal (multi-node) head, so it is set only for the embedded Ray, never to join one:
+  a plain `ray.init(address=...)` joins a head started as Ray's docs start it, whatever address the
+  head registered under.
 - `ray start --head` turns token authentication on; a client with an explicit address only sends
   the token when RAY_AUTH_MODE=token, which is set here whenever a token is at hand.
 - Ray's unix sockets live under its temp folder and their paths must stay under ~107 bytes, so the
@@ -27,7 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.sweep.cluster import check_cluster
 from brnn_core.sweep.disk import prune_sweep, prune_tune_checkpoints
 from brnn_core.sweep.plan import SweepPlan, SweepRequest, cluster_address, describe, fit_cluster, local_gpus
 from brnn_core.sweep.records import FORMAT_VERSION, Sweep, best_trial, counts, resolve_sweep, sweeps_dir, trial_number
@@ -42,14 +48,6 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 EXIT = {State.FINISHED: 0, State.STOPPED: 0, State.FAILED: 1, State.INTERRUPTED: 1}
 
 
-def is_loopback(address: str | None) -> bool:
-    """True for no address (an embedded Ray) and for HOST:PORT on this machine's loopback."""
-    if address is None:
-        return True
-    host = address.rpartition(":")[0] if ":" in address else address
-    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
-
-
 def token_available() -> bool:
     """A Ray auth token this account can send: $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token."""
     if os.environ.get("RAY_AUTH_TOKEN"):
@@ -61,7 +59,7 @@ def token_available() -> bool:
 def prepare_env(address: str | None) -> None:
     """Environment for Ray, set before ray is imported (it reads some of it at import)."""
     os.environ.update(RAY_ENV)
-    if is_loopback(address):
+    if address is None:  # the embedded Ray only: this setting would make a client refuse a real head
         os.environ.update(LOOPBACK_ENV)
     if "RAY_AUTH_MODE" not in os.environ and (address is None or token_available()):
         # embedded: Ray's default made explicit (it creates ~/.ray/auth_token if missing); a cluster started
@@ -84,13 +82,12 @@ def worker_env() -> dict[str, str]:
 @contextlib.contextmanager
 def ray_session(plan: SweepPlan, ray_dir: Path):
     """Ray for the length of the sweep: an embedded one, or a connection to `plan.address`."""
-    import ray
+    import ray  # lazy: ray reads its environment (prepare_env) when imported, and takes seconds to load
 
     kwargs = dict(runtime_env={"env_vars": worker_env()}, log_to_driver=False, logging_level=logging.WARNING)
     try:
         if plan.address:
-            ray.init(address=plan.address, _node_ip_address="127.0.0.1" if is_loopback(plan.address) else None,
-                     **kwargs)
+            ray.init(address=plan.address, **kwargs)
         else:
             cpus = math.ceil(plan.concurrency * plan.cpus_per_trial)  # PBT: this is what bounds concurrency
             if plan.scheduler != "pbt":
@@ -116,20 +113,24 @@ def run_sweep(plan: SweepPlan, request: SweepRequest, runs_dir: Path, data_dir: 
     sweep_dir = sweeps_dir(runs_dir).resolve() / plan.sweep_id
     ray_dir = ray_dir_for(sweep_dir)
     with ray_session(plan, ray_dir) as ray:
+        nodes = None
         if plan.address:
             fit_cluster(plan, request, ray.cluster_resources())
+            nodes = check_cluster(ray, runs_dir, data_dir)  # before any trial: every node sees the folders
+            printer(f"cluster check: {len(nodes)} node(s) with CPUs see {runs_dir} and {data_dir} and run the same "
+                    "brnn_core")
         printer(describe(plan))
         sweep = create_sweep(plan, sweep_dir, ray_dir, data_dir)
+        if nodes is not None:
+            sweep.write(nodes=nodes)
         printer(f"sweep folder: {sweep.path}  (Ray's logs: {ray_dir})")
-        from brnn_core.sweep.tuning import build_tuner
+        from brnn_core.sweep.tuning import build_tuner  # lazy: imports ray, only once prepare_env has run
 
         return drive(sweep, build_tuner(plan, sweep, data_dir), plan, printer)
 
 
 def create_sweep(plan: SweepPlan, sweep_dir: Path, ray_dir: Path, data_dir: Path) -> Sweep:
     """sweep.json, written once Ray runs (a bad address or spec leaves nothing behind)."""
-    import psutil
-
     sweep_dir.mkdir(parents=True, exist_ok=True)  # exists already when the dashboard started us (driver.log)
     sweep = Sweep(sweep_dir)
     link = sweep_dir / "ray"
@@ -239,15 +240,15 @@ def resume_sweep(sweep_id: str, runs_dir: Path, printer=print) -> int:
     plan = SweepPlan.from_dict(info["plan"])
     prepare_env(plan.address)
     ray_dir = ray_dir_for(sweep.path)
-    with ray_session(plan, ray_dir):
-        import psutil
-
+    with ray_session(plan, ray_dir) as ray:
+        if plan.address:
+            check_cluster(ray, sweep.runs_dir, Path(info["data_dir"]))
         sweep.clear_requests()
         sweep.write(state=State.RUNNING, message="resuming", pid=os.getpid(),
                     pid_started=psutil.Process().create_time(), ended=None,
                     resumed=[*(info.get("resumed") or []), time.time()])
         sweep.log_event("resume", f"resumed ({len(interrupted)} interrupted trial(s))")
         printer(f"resuming {describe(plan)}")
-        from brnn_core.sweep.tuning import build_tuner
+        from brnn_core.sweep.tuning import build_tuner  # lazy: imports ray, only once prepare_env has run
 
         return drive(sweep, build_tuner(plan, sweep, Path(info["data_dir"]), restore=True), plan, printer)

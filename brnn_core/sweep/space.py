@@ -170,7 +170,7 @@ def default_samples(specs: list[SearchSpec]) -> int:
 
 def to_tune(spec: SearchSpec):
     """The Ray Tune search domain for a checked spec (randint's high end is included, as documented)."""
-    from ray import tune
+    from ray import tune  # lazy: the CLI and the Sweep page check specs without loading ray
 
     if spec.kind == "choice":
         return tune.choice(list(spec.values))

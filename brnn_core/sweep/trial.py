@@ -7,7 +7,7 @@ files are written it reports the metric to Tune.
 
 How Tune's decisions reach the trial:
 - a stop from ASHA arrives as a `stop` command in control.jsonl with the scheduler's reason (see
-  schedulers.py), so the trial ends `stopped` like a user's stop, last.pt saved, the reason as message;
+  steering.py), so the trial ends `stopped` like a user's stop, last.pt saved, the reason as message;
 - PBT pauses a trial by ending its thread inside `tune.report` (SystemExit). The run then waits as
   `queued` under the driver's pid until Tune starts it again, from its own checkpoint or from the
   donor trial's one (`exploit`): weights and optimizer from the donor, then the new lr/clip applied
@@ -25,9 +25,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import ray
+from ray import tune
+
 from brnn_core.config import LIVE_FIELDS, TrainConfig
 from brnn_core.runs.rundir import Run, create_run, new_run_config
 from brnn_core.states import State
+from brnn_core.sweep.cluster import require_shared
 from brnn_core.sweep.records import Sweep, trial_index, trial_run_id
 from brnn_core.training.control import Controller
 from brnn_core.training.worker import run_training
@@ -57,8 +61,7 @@ class TrialSetup:
 
 def train_trial(config: dict, setup: TrialSetup) -> None:
     """The Tune trainable: train this trial's run, reporting each epoch."""
-    from ray import tune
-
+    require_shared(Path(setup.sweep_dir))  # a node without the shared runs folder writes nothing anywhere
     trial_id = tune.get_context().get_trial_id()
     run = Run(Path(setup.runs_dir) / trial_run_id(setup.sweep_id, trial_id))
     if not run.exists() and Sweep(Path(setup.sweep_dir)).stop_requested():
@@ -69,6 +72,7 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
         report_final(run, setup)  # Tune lost track of an ended trial (restored sweep): nothing to train
         return
     plan = plan_start(run, setup, searched, trial_id, tune.get_checkpoint())
+    run.write_status(ray_node=ray.get_runtime_context().get_node_id())  # which node of a cluster trains it
     try:
         run_training(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
                      before_start=plan.before_start, after_epoch=Reporter(run, setup))
@@ -136,8 +140,6 @@ class Reporter:
         self.run, self.setup = run, setup
 
     def __call__(self, epoch: int, metrics: dict) -> None:
-        from ray import tune
-
         step = int(self.run.raw_status().get("step") or 0)
         result = {"epoch": epoch, "step": step, "val_loss": metrics["val_loss"], "val_accuracy": metrics["val_acc"],
                   "train_loss": metrics["train_loss"], "run_id": self.run.id}
@@ -156,8 +158,6 @@ class Reporter:
 
 def report_final(run: Run, setup: TrialSetup) -> None:
     """Tell Tune the last metric of a trial that already ended, so its scheduler and the best are right."""
-    from ray import tune
-
     val = run.metrics()
     val = val[val["split"] == "val"]
     if len(val):

@@ -8,6 +8,7 @@
     threads       how many CPU threads a training process uses, shared between processes
     loss_scaling  the fp16 loss scaler that counts skipped steps
     drawing_mix   the user's drawings mixed into a run's training images, held-out accuracy before/after
+    teach         the TrainConfig of a short fine-tune of a checkpoint on the user's drawings (Teach it)
     reports       the test-set report written when a run finishes
     allocator     malloc tuning for long training processes
 

@@ -10,8 +10,10 @@ exactly the click that asked for it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from brnn_core.config import LIVE_FIELDS, TrainConfig
@@ -28,8 +30,10 @@ PAUSE_POLL_S = 0.1
 class Controller:
     """The worker's end of the control channel; call it between steps (`FitHooks.before_step`)."""
 
-    def __init__(self, run, optimizer: torch.optim.Optimizer, settings: dict, *, status_extra=None):
+    def __init__(self, run, optimizer: torch.optim.Optimizer, settings: dict, *, status_extra=None,
+                 lr_at: Callable[[int], float] | None = None):
         self.run = run
+        self.lr_at = lr_at  # the scheduled lr of a step (Recorder.lr_at): the live lr is the schedule's peak
         self.optimizer = optimizer
         self.settings = settings  # live values: LIVE_FIELDS, shared with the recorder and fit's hooks
         self.status_extra = status_extra or (lambda: {})
@@ -114,11 +118,18 @@ class Controller:
             self.run.log_event("warning", f"rejected {name}={value!r}: {exc}", step=self.step, command=cid)
             return
         new, old = getattr(checked, name), self.settings[name]
+        lr_before = self.optimizer.param_groups[0]["lr"]
         self.settings[name] = new
-        if name == "lr":
+        lr_now = self.lr_at(self.step) if self.lr_at is not None else self.settings["lr"]
+        if name in ("lr", "epochs"):
             for group in self.optimizer.param_groups:
-                group["lr"] = new
-        self.run.log_event("set", f"{name} {_show(old)} -> {_show(new)} at step {self.step}", step=self.step,
+                group["lr"] = lr_now
+        note = ""
+        if self.lr_at is not None and name == "lr" and not math.isclose(lr_now, new):
+            note = f" (the schedule's peak; lr now {lr_now:.3g})"
+        elif self.lr_at is not None and name == "epochs" and not math.isclose(lr_now, lr_before):
+            note = f" (schedule re-planned; lr {lr_before:.3g} -> {lr_now:.3g})"
+        self.run.log_event("set", f"{name} {_show(old)} -> {_show(new)} at step {self.step}{note}", step=self.step,
                            command=cid, field=name, old=old, new=new, source=source, **extra)
         self.run.write_status(**{**self.status_extra(), "live": dict(self.settings)})
 

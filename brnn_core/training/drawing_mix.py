@@ -18,7 +18,7 @@ from torch import nn
 
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import DatasetError
-from brnn_core.data.drawings import as_tensors, drawings_dir, list_drawings
+from brnn_core.data.drawings import as_tensors, drawings_dir, held_out_ordinals, list_drawings
 from brnn_core.training.engine import evaluate
 
 
@@ -84,7 +84,7 @@ def summary_line(entry: dict) -> str:
     n = entry.get("held_out", 0)
     if not n:
         return (f"{entry.get('train', 0)} of your drawings mixed in; none held out yet "
-                "(the 3rd drawing of a class is the first held out)")
+                f"(the {held_out_ordinals(1)} drawing of a class is the first held out)")
     before = entry.get("before")
     after = entry.get("after")
     start = f"{100 * before:.1f}% -> " if before is not None else "(trained from scratch) "

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from brnn_core.data.batching import to_input
+from brnn_core.data.batching import batches, epoch_order, to_input
 from brnn_core.model import mode
 from brnn_core.training.loss_scaling import LossScaler
 
@@ -333,8 +333,6 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
     `hooks.augment` changes training batches only: validation here (and the test set in the worker) goes
     through `evaluate`, which never augments. `scaler`: fp16 loss scaling made by the caller (who saves and
     restores it with the checkpoints); made here when amp is fp16 and none is given."""
-    from brnn_core.data.batching import batches, epoch_order
-
     hooks = hooks or FitHooks()
     total_epochs = hooks.epochs or (lambda: epochs)
     epoch, batch0, last_val = start_epoch, start_batch, None

@@ -19,6 +19,7 @@ from brnn_core.checkpoint import save_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.augment import Augmenter
 from brnn_core.runs.rundir import Run
+from brnn_core.schedule import lr_at
 from brnn_core.states import State
 from brnn_core.training.engine import EpochResult, EvalResult, FitHooks, LogPoint, weights_finite
 from brnn_core.training.loss_scaling import LossScaler
@@ -63,8 +64,18 @@ class Recorder:
         self._skips_seen = (scaler.steps, scaler.skipped_steps()) if scaler is not None else (0, 0)
         self._skip_warned_at = -SKIP_WARN_EVERY
 
+    def lr_at(self, step: int) -> float:
+        """The scheduled lr of `step`: the live peak, the run's schedule, the planned steps (live epochs)."""
+        return lr_at(self.cfg.lr_schedule, self.settings["lr"], step, self.settings["epochs"] * self.steps_per_epoch)
+
     def hooks(self, before_step: Callable[[int], bool] | None) -> FitHooks:
-        return FitHooks(before_step=before_step, on_log=self.on_log, on_epoch_end=self.on_epoch_end,
+        def scheduled(step: int) -> bool:
+            go = before_step(step) if before_step is not None else True  # live changes first, then the lr
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr_at(step)
+            return go
+
+        return FitHooks(before_step=scheduled, on_log=self.on_log, on_epoch_end=self.on_epoch_end,
                         epochs=lambda: self.settings["epochs"], grad_clip=lambda: self.settings["grad_clip"],
                         augment=Augmenter(lambda: self.settings["augment"], dataset=self.cfg.dataset,
                                           seed=self.cfg.seed))

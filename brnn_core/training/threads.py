@@ -25,6 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+import torch
+
 REPLAN_EVERY_S = 5.0
 FOREIGN_CORE = 0.6  # other programs using this much of a core take it (bench/README.md, "Threads")
 FIRST_SAMPLE_S = 0.25  # how long the first plan watches the machine before training starts
@@ -72,14 +75,10 @@ class CpuLoad:
     """CPU time everything but this process used since the last call, in cores (Linux, macOS, Windows)."""
 
     def __init__(self):
-        import psutil
-
         self._me = psutil.Process()
         self._last = self._sample()
 
     def _sample(self) -> tuple[float, float, float]:
-        import psutil
-
         t = psutil.cpu_times()
         busy = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))  # not idle/iowait/steal
         mine = self._me.cpu_times()
@@ -117,8 +116,6 @@ class CpuClaims:
         self._busy = busy  # (at_least_s) -> cores the rest of the machine used lately; default: a CpuLoad
 
     def others(self) -> list[Claim]:
-        import psutil
-
         out = []
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.folder):
@@ -152,8 +149,6 @@ class CpuClaims:
         return plan
 
     def _write(self, plan: ThreadPlan) -> None:
-        import psutil
-
         threads = plan.threads or int(self.env.get("OMP_NUM_THREADS") or 1)
         blob = json.dumps({"threads": threads, "auto": plan.auto, "started": psutil.Process().create_time()})
         with contextlib.suppress(OSError):
@@ -162,15 +157,11 @@ class CpuClaims:
             tmp.write_text(blob)
             os.replace(tmp, self.path)
 
-    def release(self) -> None:
-        with contextlib.suppress(OSError):
-            self.path.unlink()
 
-
-def release_claim() -> None:
+def release_claim(folder: Path | None = None) -> None:
     """Drop this process's claim (a run ended; the process may train another or do something else)."""
     with contextlib.suppress(OSError):
-        (claims_dir() / str(os.getpid())).unlink()
+        ((folder or claims_dir()) / str(os.getpid())).unlink()
 
 
 class ThreadKeeper:
@@ -182,8 +173,6 @@ class ThreadKeeper:
         self.apply(force=True)
 
     def apply(self, *, step: int | None = None, force: bool = False) -> ThreadPlan:
-        import torch
-
         plan = self.claims.replan(force=force)
         if plan.threads and plan.threads != torch.get_num_threads():
             torch.set_num_threads(plan.threads)

@@ -2,9 +2,9 @@
 
 This is what both `python -m brnn_core train` and the dashboard's background worker
 execute, so a CLI run and a dashboard run are the same code and can be watched the same way.
-The pieces, in the order a run meets them: `prepare_device`, `load_splits`, `restore` (resume
-from last.pt) or `branch.start_branch` (a branch's first start: its parent's checkpoint), a
-`Recorder` (recorder.py) and a `Controller` (control.py) as `engine.fit`'s hooks, then one
+The pieces, in the order a run meets them: `prepare_device`, `load_splits`, `warmstart.begin_from`
+(fresh weights, init_from, a branch's parent checkpoint, or a resume from last.pt), a `Recorder`
+(training.recorder) and a `Controller` (training.control) as `engine.fit`'s hooks, then one
 `end_*` function per way a run ends. `run_training` turns any error into a `failed` run whose
 message says what to fix. A sweep trial calls `run_training` in its own process, with
 `after_epoch` to report to its scheduler.
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import torch
 
 from brnn_core.checkpoint import CheckpointError, load_checkpoint
@@ -45,6 +46,9 @@ from brnn_core.training.reports import write_report
 from brnn_core.training.threads import ThreadKeeper, release_claim
 from brnn_core.training.warmstart import begin_from, drop_start_copy
 
+# What a run made before a setting existed trained with (its config.json lacks the key): resumed as it was.
+PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant"}
+
 
 def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
     return ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_classes=num_classes,
@@ -59,8 +63,6 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Pri
     `resume_from` continues from another checkpoint than the run's own last.pt (a PBT trial taking a
     better trial's weights); `before_start(controller)` runs once restored, before the first step
     (where PBT applies its new lr: the restored optimizer state brought back the old one)."""
-    import psutil
-
     me = psutil.Process(os.getpid())
     threads_before = torch.get_num_threads()  # the run plans its own (threads.py); the caller's are given back
     run.write_status(state=State.LOADING, message="starting", pid=os.getpid(), pid_started=me.create_time(),
@@ -149,7 +151,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
            after_epoch: Callable[[int, dict], None] | None, *, resume_from: Path | None = None,
            before_start: Callable[[Controller], None] | None = None) -> str:
     config = run.config()
-    cfg = TrainConfig.from_dict({"augment": "off", **config.get("train", {})})  # runs from before augment: off
+    cfg = TrainConfig.from_dict({**PRE_DEFAULTS, **config.get("train", {})})
     device = prepare_device(cfg)
     keeper = ThreadKeeper(cfg.cpu_threads, on_change=lambda step, plan: run.log_event(
         "threads", f"now {plan.threads} CPU thread(s): {plan.why}", step=step)) if device.type == "cpu" else None
@@ -169,6 +171,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     if mix is not None:  # the user's drawings mixed into the training split; held-out accuracy "before"
         splits.train_x, splits.train_y = mix.mixed(splits.train_x, splits.train_y)
         config["my_drawings"] = mix.record(model, cfg, config.get("my_drawings"))
+    if cfg.init_from and "start_val_acc" not in config:  # fine-tuning: what it knew before, for before -> after
+        config["start_val_acc"] = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size).accuracy
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
                   classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset))
@@ -176,7 +180,7 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     recorder = Recorder(run, cfg, model, optimizer, classes=splits.classes, settings=settings, start=start,
                         steps_per_epoch=math.ceil(len(splits.train_y) / cfg.batch_size), printer=printer,
                         after_epoch=after_epoch, scaler=scaler)
-    controller = Controller(run, optimizer, settings, status_extra=recorder.status_extra)
+    controller = Controller(run, optimizer, settings, status_extra=recorder.status_extra, lr_at=recorder.lr_at)
     _begin(run, recorder, controller, device, splits, note=init_note, fresh_last=resume_from is not None,
            before_start=before_start)
     hooks = recorder.hooks(controller)
@@ -191,7 +195,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
         return end_diverged(run, cfg, settings, result, scaler)
     if result.state == State.STOPPED:
         return end_stopped(run, recorder, result, controller.stop_reason)
-    return end_finished(run, recorder, cfg, splits, result, mix=mix, drawings=config.get("my_drawings"))
+    return end_finished(run, recorder, cfg, splits, result, mix=mix, drawings=config.get("my_drawings"),
+                        start_val_acc=config.get("start_val_acc"))
 
 
 def _begin(run: Run, recorder: Recorder, controller: Controller, device: torch.device, splits: Splits, *,
@@ -259,9 +264,11 @@ def end_stopped(run: Run, recorder: Recorder, result: FitResult, reason: dict | 
 
 
 def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits, result: FitResult, *,
-                 mix: DrawingMix | None = None, drawings: dict | None = None) -> str:
+                 mix: DrawingMix | None = None, drawings: dict | None = None,
+                 start_val_acc: float | None = None) -> str:
     """All epochs done: the final report on the test set, with the best weights (lowest validation loss);
-    with drawings mixed in, also their held-out accuracy before and after."""
+    with drawings mixed in, also their held-out accuracy before and after; when fine-tuned, the validation
+    accuracy before and after (a fine-tune must not make the model worse at what it knew)."""
     run.write_status(message="evaluating the best checkpoint on the test set")
     model = recorder.model
     if run.best_ckpt.is_file():
@@ -271,8 +278,13 @@ def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits,
     run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
                    elapsed_s=recorder.elapsed_s())
     drawn, drawn_line = mix.finish(model, drawings) if mix is not None else (None, "")
-    write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset,
-                 extra={"my_drawings": drawn} if drawn else None)
+    extra = {"my_drawings": drawn} if drawn else {}
+    if start_val_acc is not None:
+        end_val = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size).accuracy
+        extra["validation"] = {"before": start_val_acc, "after": end_val}
+        drawn_line += ("; " if drawn_line else "") + \
+            f"validation accuracy: {100 * start_val_acc:.1f}% -> {100 * end_val:.1f}%"
+    write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset, extra=extra or None)
     message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(splits.test_y)} images)" \
         + (f"; {drawn_line}" if drawn_line else "")
     run.log_event("finished", message, step=result.step)

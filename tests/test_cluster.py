@@ -1,0 +1,189 @@
+"""Sweeps on a real Ray cluster started the way Ray's docs start one, all inside a network namespace.
+
+Each test writes a shell script and runs it with `unshare --net --pid --mount-proc --fork`: a network
+namespace of its own (only loopback, plus a veth pair for a "network" address that exists only inside it)
+and a PID namespace, so every process the script starts ends with it. Inside, heads and nodes are
+started with `ray start ... --block` in their own process groups and ended by those ids (never
+`ray stop`, never by name). A second node under `unshare --mount --propagation private` with a tmpfs
+over the runs folder stands in for a machine that does not share it. Needs root; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from helpers import REPO, free_port, write_sample_as_idx
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
+
+RAY = Path(sys.executable).with_name("ray")
+SWEEP = ["--set", "hidden_size=8", "--set", "num_layers=1", "--set", "epochs=1", "--set", "batch_size=500"]
+
+
+def namespaces_available() -> str | None:
+    """Why these tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root to make network and PID namespaces (unshare)"
+    probe = subprocess.run(["unshare", "--net", "--pid", "--mount-proc", "--fork", "true"], capture_output=True)
+    return None if probe.returncode == 0 else f"unshare failed: {probe.stderr.decode().strip()}"
+
+
+skip_reason = namespaces_available()
+needs_namespaces = pytest.mark.skipif(skip_reason is not None, reason=skip_reason or "")
+
+PRELUDE = """
+set -u
+cd {repo}
+export RAY_TMPDIR={raytmp} RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 BRNN_PROGRESS=plain
+unset RAY_ADDRESS
+ip link set lo up
+groups=""
+started() {{ for i in $(seq 1 240); do grep -q "Ray runtime started" "$1" && return 0; sleep 0.5; done; return 1; }}
+finish() {{  # end every head and node by its process group: SIGTERM, then SIGKILL what is left
+  for g in $groups; do kill -TERM -- -$g 2>/dev/null; done
+  for i in $(seq 1 90); do alive=0; for g in $groups; do kill -0 -- -$g 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break; sleep 0.5; done
+  for g in $groups; do kill -KILL -- -$g 2>/dev/null; done
+}}
+trap finish EXIT
+"""
+
+HEAD = """
+setsid {ray} start --head --block --port={port} --num-cpus={cpus} --include-dashboard=false > {out}/head.log 2>&1 &
+groups="$groups $!"
+started {out}/head.log || {{ echo "head did not start"; exit 90; }}
+"""
+
+NODE = """
+setsid {wrap} {ray} start --block --address=127.0.0.1:{port} --num-cpus=2 > {out}/node.log 2>&1 &
+groups="$groups $!"
+started {out}/node.log || {{ echo "node did not start"; exit 91; }}
+"""
+
+PRIVATE_RUNS = "unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs {runs} && exec \"$0\" \"$@\"'"
+
+DRIVER = """
+{env} {py} -m brnn_core sweep --runs-dir {runs} --data-dir {data} {args} > {out}/{name}.log 2>&1
+echo $? > {out}/{name}.rc
+ps -eo pid,args | grep "brnn_core sweep" | grep -v grep > {out}/{name}.left || true
+"""
+
+
+def run_in_namespace(script: str, out: Path, *, veth: bool = False, timeout: float = 1200) -> None:
+    """Run `script` in fresh network + PID namespaces; Ray's temp folder is a short one beside `out`."""
+    raytmp = tempfile.mkdtemp(prefix="brnnc-")  # socket paths must stay under ~107 bytes
+    setup = ("ip link add v0 type veth peer name v1\nip addr add 10.99.0.1/24 dev v0\nip link set v0 up\n"
+             "ip link set v1 up\nip route add default dev v0\n") if veth else ""
+    path = out / "cluster.sh"
+    path.write_text(PRELUDE.format(repo=REPO, raytmp=raytmp) + setup + script)
+    done = subprocess.run(["unshare", "--net", "--pid", "--mount-proc", "--fork", "bash", str(path)],
+                          capture_output=True, timeout=timeout)
+    (out / "script.out").write_bytes(done.stdout + done.stderr)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    out = tmp_path
+    runs, data = tmp_path / "runs", tmp_path / "data"
+    runs.mkdir()
+    write_sample_as_idx(data)  # not needed by mnist-sample, but a data folder the nodes must see
+    return out, runs, data
+
+
+def driver(name: str, runs: Path, data: Path, out: Path, args: list[str], env: str = "") -> str:
+    return DRIVER.format(env=env, py=sys.executable, runs=runs, data=data, out=out, name=name,
+                         args=" ".join([*SWEEP, *args]))
+
+
+def result(out: Path, name: str) -> tuple[int, str, str]:
+    rc = (out / f"{name}.rc").read_text().strip() if (out / f"{name}.rc").is_file() else "none"
+    log = (out / f"{name}.log").read_text() if (out / f"{name}.log").is_file() else ""
+    assert rc != "none", (out / "script.out").read_text()[-3000:]
+    return int(rc), log, (out / f"{name}.left").read_text()
+
+
+def only_sweep(runs: Path) -> dict:
+    (folder,) = (runs / "sweeps").iterdir()
+    return json.loads((folder / "sweep.json").read_text())
+
+
+@needs_namespaces
+def test_a_second_node_that_shares_the_runs_folder_trains_every_trial(cluster):
+    out, runs, data = cluster
+    port = free_port()
+    script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out) + NODE.format(wrap="", ray=RAY, port=port, out=out)
+              + driver("shared", runs, data, out, ["--search", "lr=grid:0.01,0.003", "--address", f"127.0.0.1:{port}"]))
+    run_in_namespace(script, out)
+    code, log, left = result(out, "shared")
+    assert code == 0, log[-3000:]
+    assert "cluster check: 1 node(s)" in log and left == ""
+    info = only_sweep(runs)
+    (node,) = info["nodes"]  # the head has no CPUs: the second node is the only one that can train
+    trials = [json.loads((runs / rid / "status.json").read_text()) for rid in info["trials"]]
+    assert len(trials) == 2 and all(t["state"] == "finished" for t in trials), trials
+    assert {t["ray_node"] for t in trials} == {node["node"]}  # every trial ran on the second node
+
+
+@needs_namespaces
+def test_a_node_that_does_not_see_the_runs_folder_stops_the_sweep_before_any_trial(cluster):
+    out, runs, data = cluster
+    port = free_port()
+    wrap = PRIVATE_RUNS.format(runs=runs)
+    script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out) + NODE.format(wrap=wrap, ray=RAY, port=port, out=out)
+              + driver("private", runs, data, out, ["--search", "lr=grid:0.01,0.003", "--address",
+                                                    f"127.0.0.1:{port}"]))
+    run_in_namespace(script, out)
+    code, log, left = result(out, "private")
+    assert code == 2, log[-3000:]
+    assert f"does not see the runs folder {runs}" in log and "NFS" in log and "drop --address" in log, log[-3000:]
+    assert "Traceback" not in log
+    assert not [p for p in runs.iterdir() if p.name != "sweeps"]  # no run directory was created
+    assert not list(runs.glob(".brnn-cluster-check-*")) and not list(data.glob(".brnn-cluster-check-*"))
+    assert left == ""  # the driver is gone, and nothing of it runs on
+
+
+@needs_namespaces
+def test_a_head_registered_under_a_network_address_is_joined_every_way(cluster):
+    """`ray start --head` as on a real machine (registered as 10.99.0.1): 127.0.0.1, its address, auto, RAY_ADDRESS."""
+    out, runs, data = cluster
+    port = free_port()
+    ways = {"loopback": (["--address", f"127.0.0.1:{port}"], ""), "network": (["--address", f"10.99.0.1:{port}"], ""),
+            "auto": (["--address", "auto"], ""), "env": ([], f"RAY_ADDRESS=127.0.0.1:{port}")}
+    script = HEAD.format(ray=RAY, port=port, cpus=2, out=out) + "".join(
+        driver(name, runs / name, data, out, ["--search", "lr=grid:0.01", *args], env)
+        for name, (args, env) in ways.items())
+    run_in_namespace(script, out, veth=True)
+    assert "10.99.0.1" in (out / "head.log").read_text()  # the head did register under the network address
+    for name in ways:
+        code, log, left = result(out, name)
+        assert code == 0, f"{name}: {log[-3000:]}"
+        info = only_sweep(runs / name)
+        assert info["state"] == "finished" and info["address"] in (f"127.0.0.1:{port}", f"10.99.0.1:{port}"), info
+        assert left == ""
+
+
+def test_a_wrong_address_fails_in_seconds_with_the_message(tmp_path):
+    port = free_port()  # nothing listens there
+    done = subprocess.run([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(tmp_path / "runs"),
+                           "--data-dir", str(tmp_path / "data"), *SWEEP, "--search", "lr=grid:0.01", "--address",
+                           f"127.0.0.1:{port}"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2
+    assert f"--address 127.0.0.1:{port}: nothing answers there" in done.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_auto_without_a_head_on_this_machine_says_how_to_start_one(tmp_path):
+    env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "no-ray")}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(tmp_path / "runs"),
+                           *SWEEP, "--search", "lr=grid:0.01", "--address", "auto"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120, env=env)
+    assert done.returncode == 2
+    assert "--address auto: no Ray head was started on this machine" in done.stderr
+    assert "ray start --head" in done.stderr
