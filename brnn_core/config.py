@@ -15,6 +15,7 @@ from typing import Any
 
 from brnn_core.data.datasets import default_dataset
 from brnn_core.devices import amp_problem, device_problem
+from brnn_core.model import INPUT_SCALES
 from brnn_core.schedule import SCHEDULES
 
 DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample", "kmnist")
@@ -55,6 +56,9 @@ class TrainConfig:
         "help": "Stacked bidirectional LSTM layers.", "range": (1, 8)})
     dropout: float = field(default=0.0, metadata={
         "help": "Dropout between LSTM layers (needs 2+ layers).", "range": (0.0, 0.9)})
+    input_scale: str = field(default="standard", metadata={
+        "help": "standard: pixels shifted and scaled to MNIST's mean 0 and spread 1 inside the model (learns "
+                "faster); unit: pixels in [0, 1] as the blog fed them. Fixed by a checkpoint's weights."})
     head: str = field(default="bidir", metadata={
         "help": "bidir: forward state at the last row + backward state at the first row. "
                 "last: the blog's out[:, -1, :] (backward half has seen only the last row)."})
@@ -176,6 +180,7 @@ class TrainConfig:
         _choice(errs, self, "amp", AMP_MODES)
         _choice(errs, self, "augment", AUGMENT_LEVELS)
         _choice(errs, self, "lr_schedule", SCHEDULES)
+        _choice(errs, self, "input_scale", INPUT_SCALES)
         if "init_from" not in errs and self.init_from and not Path(self.init_from).expanduser().is_file():
             errs["init_from"] = f"no checkpoint file {self.init_from!r}; give the path of a .pt file or leave it empty"
         if "device" not in errs:

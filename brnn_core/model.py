@@ -1,4 +1,4 @@
-"""The blog's bidirectional LSTM classifier, and nothing else.
+"""The blog's bidirectional LSTM classifier, and `mode()`, the one place a model switches train/eval.
 
 An image is read row by row: 28 steps of 28 pixels. Parameter names (`lstm.*`, `fc.*`)
 match the blog script, so its bare `model.ckpt` state_dict loads into this class.
@@ -14,6 +14,12 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+# "standard": pixels in [0, 1] shifted and scaled by MNIST's mean and spread before the LSTM, so the first
+# steps already see inputs of unit size (measured: bench/README.md, "Learning-rate schedule and input scale");
+# "unit": [0, 1] as they are, the blog's, and what every checkpoint from before this setting was trained on.
+INPUT_SCALES = ("standard", "unit")
+PIXEL_MEAN, PIXEL_STD = 0.1307, 0.3081
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -23,6 +29,7 @@ class ModelConfig:
     num_classes: int = 10
     dropout: float = 0.0
     head: str = "bidir"  # "bidir" or "last" (the blog's)
+    input_scale: str = "unit"  # a checkpoint without it was trained on [0, 1] inputs
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -35,9 +42,15 @@ class BiLSTM(nn.Module):
         self.lstm = nn.LSTM(cfg.input_size, cfg.hidden_size, cfg.num_layers, batch_first=True,
                             bidirectional=True, dropout=cfg.dropout if cfg.num_layers > 1 else 0.0)
         self.fc = nn.Linear(2 * cfg.hidden_size, cfg.num_classes)
+        with torch.no_grad():  # forget gates start open (bias 1): the few hundred steps of a short run learn more
+            for name, p in self.lstm.named_parameters():
+                if name.startswith("bias_ih"):
+                    p[cfg.hidden_size:2 * cfg.hidden_size].fill_(1.0)  # gates in PyTorch's order: i, f, g, o
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         # x: (B, T=28, 28) floats in [0, 1]; zero initial states are nn.LSTM's default.
+        if self.cfg.input_scale == "standard":
+            x = (x - PIXEL_MEAN) / PIXEL_STD  # (B, T, 28)
         # lengths (B,): read only the first lengths[b] rows of image b, in both directions (the rest is
         # padding the LSTM never sees); None reads all T rows.
         if lengths is None:

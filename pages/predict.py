@@ -25,6 +25,7 @@ from brnn_core.inference.uploads import UploadError, save_upload
 from ui import drawings as my
 from ui.common import flash, folders, run_index, short_id, show_flashes
 from ui.navigation import ensure_navigation
+from ui.teach import teach_panel
 
 ensure_navigation()
 
@@ -173,6 +174,7 @@ st.caption(f"{len(mine)} saved drawing{'' if len(mine) == 1 else 's'} for these 
            f"With {MIN_FOR_ACCURACY} or more, the checkpoint picker scores each checkpoint on them; on the Train "
            "page, *My drawings share* mixes them into training."
            if mine else "No saved drawings yet: draw a digit, then click its true label to save it.")
+teach_panel(path, len(mine), runs_dir, data_dir)
 thumbs = st.columns(8)
 for k, (d, img) in enumerate(reversed(mine[-MAX_SHOWN:])):
     with thumbs[k % 8]:

@@ -18,6 +18,7 @@ from brnn_core.config import (
 )
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
 from brnn_core.devices import device_choices
+from brnn_core.model import INPUT_SCALES
 from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
 from brnn_core.runs.progress import lr_plan, progress_text
 from brnn_core.runs.rundir import Run, RunError
@@ -100,6 +101,8 @@ with left:
         field("dropout", st.number_input, label="Dropout", step=0.05, format="%.2f", disabled=active)
         preset("head", form["head"])
         field("head", st.selectbox, label="Head", options=HEADS, disabled=active)
+        preset("input_scale", form.setdefault("input_scale", defaults.input_scale))
+        field("input_scale", st.selectbox, label="Input scale", options=list(INPUT_SCALES), disabled=active)
         if active:
             st.caption(FIXED_WHILE_RUNNING)
     with st.expander("Optimisation", expanded=not active):

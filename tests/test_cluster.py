@@ -42,6 +42,8 @@ set -u
 cd {repo}
 export RAY_TMPDIR={raytmp} RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 BRNN_PROGRESS=plain
 unset RAY_ADDRESS
+export RAY_AUTH_MODE=token  # `ray start --head` turns token auth on: every node and client sends the token
+[ -f ~/.ray/auth_token ] || {ray} get-auth-token --generate > /dev/null
 ip link set lo up
 groups=""
 started() {{ for i in $(seq 1 240); do grep -q "Ray runtime started" "$1" && return 0; sleep 0.5; done; return 1; }}
@@ -81,7 +83,7 @@ def run_in_namespace(script: str, out: Path, *, veth: bool = False, timeout: flo
     setup = ("ip link add v0 type veth peer name v1\nip addr add 10.99.0.1/24 dev v0\nip link set v0 up\n"
              "ip link set v1 up\nip route add default dev v0\n") if veth else ""
     path = out / "cluster.sh"
-    path.write_text(PRELUDE.format(repo=REPO, raytmp=raytmp) + setup + script)
+    path.write_text(PRELUDE.format(repo=REPO, raytmp=raytmp, ray=RAY) + setup + script)
     done = subprocess.run(["unshare", "--net", "--pid", "--mount-proc", "--fork", "bash", str(path)],
                           capture_output=True, timeout=timeout)
     (out / "script.out").write_bytes(done.stdout + done.stderr)

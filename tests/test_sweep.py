@@ -34,6 +34,7 @@ from sweep_helpers import (
 
 from brnn_core.runs.index import RunIndex
 from brnn_core.runs.rundir import Run
+from brnn_core.schedule import lr_at
 from brnn_core.states import State
 from brnn_core.sweep.records import trials_table
 
@@ -130,14 +131,19 @@ def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
         assert math.isfinite(change["old"]) and math.isfinite(change["new"])
     assert changes[0]["old"] == pytest.approx(1e-5)  # the trial's own lr before its first exploit
     assert any(e["kind"] == "pbt" and e["donor"] == good.id for e in weak.events())
-    # metrics.csv: each training row carries the lr of the latest change before its step (the trial's own lr
-    # before the first one). A restart at the donor's step drops the rows logged after it, so this holds for
-    # the file as it ends up.
+    # metrics.csv: each training row carries the schedule's lr at its step, scaled by the peak of the latest change
+    # before it (the trial's own lr before the first one): PBT sets the peak like a live change. A restart at the
+    # donor's step drops the rows logged after it, so this holds for the file as it ends up.
     train = weak.metrics()
     train = train[train["split"] == "train"]
-    expected = [next((c["new"] for c in reversed(changes) if c["step"] < step), 1e-5) for step in train["step"]]
+    total = 4 * weak.status()["steps_per_epoch"]
+    peak = [next((c["new"] for c in reversed(changes) if c["step"] < step), 1e-5) for step in train["step"]]
+    expected = [lr_at("cosine", p, int(step) - 1, total) for p, step in zip(peak, train["step"], strict=True)]
     assert list(train["lr"]) == pytest.approx(expected, rel=1e-5)
     assert (train["step"] > changes[0]["step"]).any(), "no training row after the first exploit"
+    final = total  # the end of the last epoch: no exploit there (nothing left to train), no restart
+    assert all(c["step"] < final for c in changes), changes
+    assert not [e for e in weak.events() if e["kind"] in ("pbt", "resume") and (e.get("step") or 0) >= final]
     steps = weak.metrics()[["step", "split"]]
     assert not steps.duplicated().any()  # a restart from the donor's step drops the rows logged after it
     assert weak.status()["state"] == good.status()["state"] == "finished"

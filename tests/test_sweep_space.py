@@ -213,3 +213,17 @@ def test_a_failure_on_a_cluster_whose_head_is_gone_reads_as_lost(tmp_path):
     assert not head_lost(local, ValueError("a bug in a trial"))
     gone = replace(local, address=f"127.0.0.1:{closed_port()}")
     assert head_lost(gone, RuntimeError("RaySystemError: something else"))
+
+
+def test_pbt_perturbations_stay_inside_the_searched_and_the_config_range():
+    from brnn_core.sweep.steering import Clamp  # imports ray
+
+    base = TrainConfig().to_dict()
+    specs = [parse_spec("lr", "loguniform:0.001:0.01", base), parse_spec("grad_clip", "uniform:0:20", base),
+             parse_spec("seed", "randint:0:9", base), parse_spec("optimizer", "choice:adam,sgd", base)]
+    clamp = Clamp.for_specs(specs)
+    assert clamp({"lr": 0.012, "grad_clip": -1.0, "seed": 11.4, "optimizer": "sgd"}) == \
+        {"lr": 0.01, "grad_clip": 0.0, "seed": 9, "optimizer": "sgd"}  # x1.2 of the top, x0.8 below the bottom
+    assert clamp({"lr": 0.005, "seed": 3}) == {"lr": 0.005, "seed": 3}  # inside: untouched
+    wide = Clamp.for_specs([parse_spec("lr", "loguniform:0.0000001:10", base)])
+    assert wide({"lr": 12.0})["lr"] == 10.0  # TrainConfig's own limit is the outer bound

@@ -27,7 +27,7 @@ from brnn_core.runs.rundir import new_run_config
 from brnn_core.runs.rundir import Run, RunError, create_run, resolve_run
 
 BRANCH_CHECKPOINTS = ("last", "best")
-ARCHITECTURE_FIELDS = ("hidden_size", "num_layers", "head")  # the checkpoint's weights fix these
+ARCHITECTURE_FIELDS = ("hidden_size", "num_layers", "head", "input_scale")  # the checkpoint's weights fix these
 SPLIT_FIELDS = ("seed", "val_fraction")  # these fix which images are validation images
 PARENT_CKPT = "parent.pt"  # in the branch's checkpoints/: its starting point until it saves a last.pt
 
@@ -97,7 +97,7 @@ def plan_branch(runs_dir: Path, parent_ref: str | Path, kind: str = "last",
     ckpt = load_checkpoint(path)
     base = parent_values(parent, ckpt)
     overrides = dict(overrides or {})
-    values = {**base, **overrides}
+    values = {"input_scale": ckpt.model_config.input_scale, **base, **overrides}  # parents from before input_scale
     if "epochs" not in overrides:
         values["epochs"] = default_epochs(int(base.get("epochs", 1)), ckpt)
     cfg = TrainConfig.from_dict(values)

@@ -12,12 +12,14 @@ Everything here holds only paths (Tune pickles it with the experiment for `Tuner
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from ray.tune import Callback
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, PopulationBasedTraining, TrialScheduler
 from ray.tune.stopper import Stopper
 
+from brnn_core.config import TrainConfig
 from brnn_core.runs.rundir import Run
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, State
 from brnn_core.sweep.disk import prune_sweep
@@ -66,7 +68,47 @@ class Fifo(_Steered, FIFOScheduler):
 
 
 class Pbt(_Steered, PopulationBasedTraining):
-    """Population Based Training; the exploit itself is applied by the trial (trial.apply_exploit)."""
+    """Population Based Training; the exploit itself is applied by the trial (trial.apply_exploit).
+
+    Never at or after a trial's final epoch: there is nothing left to train, and an exploit would restart
+    the trial only to overwrite its last.pt with the donor's and log an lr it never uses."""
+
+    def __init__(self, *args, final_epoch: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.final_epoch = final_epoch
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        if result.get(self._time_attr, 0) >= self.final_epoch:
+            return TrialScheduler.CONTINUE  # its last epoch: it finishes by itself, test report included
+        return super().on_trial_result(tune_controller, trial, result)
+
+
+class Clamp:
+    """PBT's explore step (x0.8 / x1.2, or a resample) kept inside the searched range and TrainConfig's, so the
+    value Tune records is the one the trial trains with (TrainConfig would refuse one outside its range)."""
+
+    def __init__(self, bounds: dict[str, tuple[float, float, bool]]):
+        self.bounds = bounds  # key -> (low, high, whole number)
+
+    @classmethod
+    def for_specs(cls, specs) -> Clamp:
+        ranges = {f.name: f.metadata.get("range") for f in fields(TrainConfig)}
+        bounds = {}
+        for spec in specs:
+            if spec.low is None or spec.high is None:
+                continue  # listed values: PBT moves between them, never outside
+            low, high = spec.low, spec.high
+            if ranges.get(spec.key):
+                low, high = max(low, ranges[spec.key][0]), min(high, ranges[spec.key][1])
+            bounds[spec.key] = (low, high, spec.kind == "randint")
+        return cls(bounds)
+
+    def __call__(self, config: dict) -> dict:
+        for key, (low, high, whole) in self.bounds.items():
+            if key in config:
+                value = min(max(config[key], low), high)
+                config[key] = int(round(value)) if whole else value
+        return config
 
 
 class Asha(_Steered, AsyncHyperBandScheduler):

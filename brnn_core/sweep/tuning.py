@@ -15,7 +15,7 @@ from ray import tune
 from brnn_core.sweep.plan import SweepPlan
 from brnn_core.sweep.records import Sweep
 from brnn_core.sweep.space import to_mutation, to_tune
-from brnn_core.sweep.steering import Asha, Fifo, Pbt, SweepCallback, SweepControl, SweepStopper
+from brnn_core.sweep.steering import Asha, Clamp, Fifo, Pbt, SweepCallback, SweepControl, SweepStopper
 from brnn_core.sweep.trial import TrialSetup, train_trial
 
 # Reusing a trial's Ray worker for the next trial (or a PBT restart) saves a process start and torch import
@@ -40,8 +40,9 @@ def make_scheduler(plan: SweepPlan, control: SweepControl):
                     max_t=int(plan.base["epochs"]), grace_period=1, reduction_factor=ASHA_REDUCTION)
     if plan.scheduler == "pbt":
         return Pbt(control=control, time_attr="epoch", metric=plan.metric, mode=plan.mode,
-                   perturbation_interval=plan.perturbation_interval,
-                   hyperparam_mutations={s.key: to_mutation(s) for s in plan.specs})
+                   perturbation_interval=plan.perturbation_interval, final_epoch=int(plan.base["epochs"]),
+                   hyperparam_mutations={s.key: to_mutation(s) for s in plan.specs},
+                   custom_explore_fn=Clamp.for_specs(plan.specs))
     return Fifo(control=control)
 
 

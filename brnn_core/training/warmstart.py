@@ -99,11 +99,14 @@ def load_initial_weights(model: torch.nn.Module, cfg: TrainConfig, classes: list
     path = Path(cfg.init_from).expanduser()
     ckpt = load_checkpoint(path)
     mc = ckpt.model_config
-    fix = f"set hidden_size={mc.hidden_size} num_layers={mc.num_layers} head={mc.head} to match it"
-    if (mc.hidden_size, mc.num_layers, mc.head) != (cfg.hidden_size, cfg.num_layers, cfg.head):
+    fix = (f"set hidden_size={mc.hidden_size} num_layers={mc.num_layers} head={mc.head} "
+           f"input_scale={mc.input_scale} to match it")
+    if (mc.hidden_size, mc.num_layers, mc.head, mc.input_scale) != (cfg.hidden_size, cfg.num_layers, cfg.head,
+                                                                    cfg.input_scale):
         raise CheckpointError(f"init_from {path} is a hidden {mc.hidden_size}, {mc.num_layers}-layer model with "
-                              f"head {mc.head}; this run asks for hidden {cfg.hidden_size}, {cfg.num_layers} layers, "
-                              f"head {cfg.head}: {fix}")
+                              f"head {mc.head} and input_scale {mc.input_scale}; this run asks for hidden "
+                              f"{cfg.hidden_size}, {cfg.num_layers} layers, head {cfg.head}, input_scale "
+                              f"{cfg.input_scale}: {fix}")
     if mc.num_classes != len(classes) or (not ckpt.bare and list(ckpt.classes) != list(classes)):
         raise CheckpointError(f"init_from {path} predicts {', '.join(ckpt.classes)}, but {cfg.dataset} has "
                               f"{', '.join(classes)}: start from a checkpoint trained on {cfg.dataset}")

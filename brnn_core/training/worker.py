@@ -47,12 +47,12 @@ from brnn_core.training.threads import ThreadKeeper, release_claim
 from brnn_core.training.warmstart import begin_from, drop_start_copy
 
 # What a run made before a setting existed trained with (its config.json lacks the key): resumed as it was.
-PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant"}
+PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit"}
 
 
 def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
     return ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_classes=num_classes,
-                       dropout=cfg.dropout, head=cfg.head)
+                       dropout=cfg.dropout, head=cfg.head, input_scale=cfg.input_scale)
 
 
 def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Printer | None = None,

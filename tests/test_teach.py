@@ -1,0 +1,93 @@
+"""Teach it: a fine-tune of a checkpoint on the saved drawings, from the CLI and from the Predict page."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import APP, REPO, cli_env, copy_run, no_exception, wait_for
+from streamlit.testing.v1 import AppTest
+from test_drawings import save_many
+
+from brnn_core.config import TEACH_DEFAULTS
+from brnn_core.data.drawings import MIN_FOR_ACCURACY
+from brnn_core.runs.rundir import Run, list_runs
+from brnn_core.training.teach import TeachError, teach_config
+
+
+def saved_drawings(data_dir, sample, n: int = 15) -> None:
+    save_many(data_dir, sample.test_x[:n], sample.test_y[:n])  # digits the checkpoint never trained on
+
+
+def test_teach_config_keeps_the_checkpoint_and_its_validation_split(tmp_path, finished, sample):
+    saved_drawings(tmp_path, sample)
+    cfg = teach_config(finished.best_ckpt, tmp_path)
+    train = finished.config()["train"]
+    assert cfg.init_from == str(finished.best_ckpt.resolve())
+    assert (cfg.hidden_size, cfg.num_layers, cfg.head) == (train["hidden_size"], train["num_layers"], train["head"])
+    assert (cfg.seed, cfg.val_fraction, cfg.dataset) == (train["seed"], train["val_fraction"], train["dataset"])
+    assert (cfg.my_drawings, cfg.epochs, cfg.lr) == (TEACH_DEFAULTS["my_drawings"], TEACH_DEFAULTS["epochs"],
+                                                     TEACH_DEFAULTS["lr"])
+    assert teach_config(finished.best_ckpt, tmp_path, epochs=1).epochs == 1
+
+
+def test_too_few_drawings_say_how_many_to_save(tmp_path, finished, sample):
+    saved_drawings(tmp_path, sample, MIN_FOR_ACCURACY - 1)
+    with pytest.raises(TeachError, match=f"save at least {MIN_FOR_ACCURACY}"):
+        teach_config(finished.best_ckpt, tmp_path)
+
+
+@pytest.mark.worker
+def test_teach_command_reports_drawings_and_validation_before_and_after(tmp_path, finished, sample):
+    runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
+    saved_drawings(data_dir, sample)
+    done = subprocess.run([sys.executable, "-m", "brnn_core", "teach", str(finished.best_ckpt), "--epochs", "1",
+                           "--runs-dir", str(runs_dir), "--data-dir", str(data_dir)], capture_output=True, text=True,
+                          cwd=REPO, env=cli_env(runs_dir, data_dir), timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (run,) = list_runs(runs_dir)
+    report = json.loads((run.path / "report.json").read_text())
+    drawings, validation = report["my_drawings"], report["validation"]
+    assert drawings["held_out"] == 3 and drawings["before"] is not None and drawings["after"] is not None
+    assert 0 < validation["before"] <= 1 and 0 < validation["after"] <= 1
+    assert f"validation accuracy: {100 * validation['before']:.1f}% -> {100 * validation['after']:.1f}%" in done.stdout
+    assert "held-out drawings:" in done.stdout and f"new checkpoint: {run.best_ckpt}" in done.stdout
+    assert run.config()["train"]["init_from"] == str(finished.best_ckpt.resolve())
+
+
+def test_teach_command_without_drawings_exits_2(tmp_path, finished):
+    done = subprocess.run([sys.executable, "-m", "brnn_core", "teach", str(finished.best_ckpt), "--runs-dir",
+                           str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data")], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2 and "0 drawings saved" in done.stderr and "Predict page" in done.stderr
+    assert not (tmp_path / "runs").exists() or not list_runs(tmp_path / "runs")
+
+
+@pytest.mark.worker
+def test_teach_it_button_fine_tunes_and_picks_the_new_checkpoint(dirs, finished, sample):
+    runs_dir, data_dir = dirs
+    parent = copy_run(finished, runs_dir)
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    at.switch_page("pages/predict.py").run()
+    button = next(b for b in at.button if b.label == "Teach it")
+    assert button.disabled  # no drawings yet
+    saved_drawings(data_dir, sample)
+    at.run()
+    button = next(b for b in at.button if b.label == "Teach it")
+    assert not button.disabled
+    button.click().run()
+    no_exception(at)
+    child = wait_for(lambda: next((r for r in list_runs(runs_dir) if r.id != parent.id), None), 30, "the teach run")
+    assert child.config()["train"]["init_from"] == str(at.sidebar.selectbox(key="ckpt_choice").value)
+    wait_for(lambda: Run(child.path).status().get("state") == "finished", 600, "the teach run to finish")
+    deadline = time.time() + 60
+    while at.session_state["ckpt_choice"] != str(child.best_ckpt) and time.time() < deadline:
+        at.run()  # the progress fragment notices the end, picks the new checkpoint and reruns the page
+    no_exception(at)
+    assert at.session_state["ckpt_choice"] == str(child.best_ckpt)
+    assert any("Taught: now using" in s.value and "held-out drawings:" in s.value and "validation:" in s.value
+               for s in at.success), [s.value for s in at.success]
