@@ -32,6 +32,7 @@ AUGMENT_AUTO = {"mnist": "medium", "mnist-sample": "medium", "kmnist": "medium",
 # Teach it (training.teach): the drawings' share of each epoch, the epochs and the schedule's peak lr of the
 # fine-tune; measured with bench/letterforms.py (bench/README.md, "Teach it").
 TEACH_DEFAULTS = {"my_drawings": 0.2, "epochs": 2, "lr": 0.002}
+BEST_BY = ("val_loss", "val_accuracy")
 LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
 
 
@@ -80,6 +81,9 @@ class TrainConfig:
         "help": "L2 penalty (decoupled for adamw).", "range": (0.0, 1.0)})
     grad_clip: float = field(default=0.0, metadata={
         "help": "Clip the gradient norm to this value; 0 turns clipping off.", "range": (0.0, 1e6)})
+    best_by: str = field(default="val_loss", metadata={
+        "help": "What picks best.pt: the lowest validation loss (val_loss) or the highest validation accuracy "
+                "(val_accuracy; a sweep on that metric sets it)."})
     val_fraction: float = field(default=0.1, metadata={
         "help": "Share of the training set held out for validation.", "range": (0.01, 0.5)})
     seed: int = field(default=0, metadata={
@@ -181,6 +185,7 @@ class TrainConfig:
         _choice(errs, self, "augment", AUGMENT_LEVELS)
         _choice(errs, self, "lr_schedule", SCHEDULES)
         _choice(errs, self, "input_scale", INPUT_SCALES)
+        _choice(errs, self, "best_by", BEST_BY)
         if "init_from" not in errs and self.init_from and not Path(self.init_from).expanduser().is_file():
             errs["init_from"] = f"no checkpoint file {self.init_from!r}; give the path of a .pt file or leave it empty"
         if "device" not in errs:

@@ -9,6 +9,7 @@ import torch
 
 from brnn_core.config import ConfigError, TrainConfig
 from brnn_core.data.datasets import DATASETS, default_dataset
+from brnn_core.fileio import read_json
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import State
 from brnn_core.sweep import charts as sweep_charts
@@ -18,11 +19,13 @@ from brnn_core.sweep.plan import (
     DEFAULT_GPU_SHARE,
     DEFAULT_KEEP_BEST,
     SCHEDULERS,
+    SEARCH_ALGS,
     SweepRequest,
     describe,
     plan_sweep,
 )
 from brnn_core.sweep.records import (
+    BEST_CONFIG,
     METRICS,
     Sweep,
     counts,
@@ -130,6 +133,9 @@ with left:
     scheduler = c2.selectbox("Scheduler", SCHEDULERS, key="sw_scheduler",
                              help="fifo: all train to the end · asha: stop bad ones early · pbt: copy good ones")
     metric = c1.selectbox("Metric", list(METRICS), key="sw_metric")
+    search_alg = c1.selectbox("Search", SEARCH_ALGS, key="sw_search_alg",
+                              help="random: independent samples · tpe: Optuna's TPE picks each next trial from the "
+                                   "results so far (fifo or asha; no grid specs)")
     interval = c2.number_input("PBT: epochs between exploits", min_value=1, value=1, step=1, key="sw_interval",
                                disabled=scheduler != "pbt")
     with st.expander("Resources"):
@@ -153,7 +159,7 @@ with left:
                            perturbation_interval=int(interval) if scheduler == "pbt" else None,
                            concurrency=int(concurrency) or None, cpus_per_trial=float(cpus),
                            gpus_per_trial=float(gpus), address=address.strip() or None, name=name.strip() or None,
-                           keep_best=int(keep_best), keep_all=bool(keep_all))
+                           keep_best=int(keep_best), keep_all=bool(keep_all), search_alg=search_alg)
     plan_note = None
     if not errors:
         plan_note, problem = plan_check(request, str(runs_dir), str(data_dir))
@@ -232,6 +238,16 @@ def open_in_predict(path: str) -> None:
     st.session_state["_to_predict"] = True  # switch_page is not allowed in a callback: the script does it
 
 
+def train_with(config_path: str) -> None:
+    """Fill the Train page's form with the best trial's settings (best-config.json) and go there."""
+    values = read_json(Path(config_path)) or {}
+    form = st.session_state.setdefault("form", {})
+    form.update(values)
+    for name in values:  # the Train page's widgets start from the form again
+        st.session_state.pop(f"w_{name}", None)
+    st.session_state["_to_train"] = True
+
+
 with right:
     if current is None:
         st.info("No sweep yet: pick the fields to search on the left and press **Start sweep**, or start one from "
@@ -246,13 +262,20 @@ with right:
                    f"{info.get('message', '')}")
     best = info.get("best")
     best_pt = Run(runs_dir / best["run_id"]).best_ckpt if best else None
-    b1, b2 = st.columns(2)
+    best_config = sweep.path / BEST_CONFIG
+    b1, b2, b3 = st.columns(3)
     b1.button("Stop sweep", disabled=state != State.RUNNING, use_container_width=True, on_click=on_stop,
               args=(str(sweep.path),), help="Every trial saves its last.pt and ends; no new trial starts.")
     b2.button("Open best in Predict", disabled=not (best_pt and best_pt.is_file()), use_container_width=True,
               on_click=open_in_predict, args=(str(best_pt),), help="The best trial's best.pt on the Predict page.")
+    b3.button("Train with these settings", disabled=not best_config.is_file(), use_container_width=True,
+              on_click=train_with, args=(str(best_config),),
+              help=f"The Train page, filled in with the best trial's settings ({BEST_CONFIG}; also "
+                   f"`python -m brnn_core train --config {best_config}`).")
     if st.session_state.pop("_to_predict", False):
         st.switch_page("pages/predict.py")
+    if st.session_state.pop("_to_train", False):
+        st.switch_page("pages/train.py")
     if best:
         st.markdown(f"**Best:** trial {trial_number(best['run_id'])} · {best['metric']} {best['value']:.4f} at epoch "
                     f"{best['epoch']:g} (`{best['run_id']}`)")

@@ -150,6 +150,18 @@ def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
     no_ray_left(watch)
 
 
+def test_tpe_sweep_picks_each_trial_from_the_results_so_far(runs_dir, data_dir, tmp_path):
+    code, out, watch = run_sweep([*TINY, "--set", "epochs=2", "--search", "lr=loguniform:0.001:0.03", "--search-alg",
+                                  "tpe", "--trials", "3", "--scheduler", "asha", "--concurrency", "1"],
+                                 runs_dir, data_dir, tmp_path / "sweep.log")
+    assert code == 0, out
+    sweep = the_sweep(runs_dir)
+    assert sweep.info()["plan"]["search_alg"] == "tpe"
+    lrs = [r.config()["train"]["lr"] for r in sweep.trial_runs()]
+    assert len(lrs) == 3 and all(0.001 <= lr <= 0.03 for lr in lrs) and len(set(lrs)) == 3
+    no_ray_left(watch)
+
+
 def test_ctrl_c_stops_every_trial_with_last_pt(runs_dir, data_dir, tmp_path):
     log = tmp_path / "sweep.log"
     proc = start_sweep([*TINY, "--set", "epochs=6", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],

@@ -227,3 +227,19 @@ def test_pbt_perturbations_stay_inside_the_searched_and_the_config_range():
     assert clamp({"lr": 0.005, "seed": 3}) == {"lr": 0.005, "seed": 3}  # inside: untouched
     wide = Clamp.for_specs([parse_spec("lr", "loguniform:0.0000001:10", base)])
     assert wide({"lr": 12.0})["lr"] == 10.0  # TrainConfig's own limit is the outer bound
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--search-alg", "tpe", "--scheduler", "pbt", "--search", "lr=loguniform:0.001:0.01"], "PBT brings its own"),
+    (["--search-alg", "tpe", "--search", "lr=grid:0.01,0.001"], "cannot take grid specs (lr)"),
+])
+def test_tpe_refuses_what_it_cannot_search(tmp_path, capsys, args, words):
+    code = main(["sweep", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), *args])
+    assert code == 2 and words in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tpe_plan_is_recorded(tmp_path):
+    plan = plan_sweep(SweepRequest(search=["lr=loguniform:0.001:0.01"], search_alg="tpe", trials=4, scheduler="asha",
+                                   sets=["epochs=2"]), tmp_path / "runs", tmp_path / "data")
+    assert plan.search_alg == "tpe" and plan.to_dict()["search_alg"] == "tpe"

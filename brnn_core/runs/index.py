@@ -272,7 +272,9 @@ class RunIndex:
             choices = []
             for name, entry in entries:
                 ckpt_dir = self.runs_dir / name / "checkpoints"
-                for exists, kind, acc in ((entry.checkpoints[0], "best", entry.metrics.acc_at_best_loss),
+                by_acc = (entry.config.get("train") or {}).get("best_by") == "val_accuracy"
+                best_acc = entry.metrics.best_val_acc if by_acc else entry.metrics.acc_at_best_loss
+                for exists, kind, acc in ((entry.checkpoints[0], "best", best_acc),
                                           (entry.checkpoints[1], "last", entry.metrics.last_val_acc)):
                     if exists:
                         choices.append(CheckpointChoice(name, kind, ckpt_dir / f"{kind}.pt", acc))

@@ -8,7 +8,7 @@ from pathlib import Path
 from brnn_core.data.datasets import default_data_dir
 from brnn_core.data.loading import ensure_dataset
 from brnn_core.runs.rundir import default_runs_dir
-from brnn_core.sweep.plan import DEFAULT_KEEP_BEST, SCHEDULERS, SweepRequest, plan_sweep
+from brnn_core.sweep.plan import DEFAULT_KEEP_BEST, SCHEDULERS, SEARCH_ALGS, SweepRequest, plan_sweep
 from brnn_core.sweep.records import METRICS
 from brnn_core.sweep.runner import resume_sweep, run_sweep
 from brnn_core.sweep.space import SweepError
@@ -23,6 +23,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     sw.add_argument("--trials", type=int, default=None, help="samples (grids multiply it; default 8, 1 for grids only)")
     sw.add_argument("--scheduler", default="fifo", choices=SCHEDULERS)
     sw.add_argument("--metric", default="val_loss", choices=list(METRICS))
+    sw.add_argument("--search-alg", default="random", choices=SEARCH_ALGS,
+                    help="random: independent samples (grids: every value); tpe: Optuna's TPE picks each next trial "
+                         "from the results so far (fifo or asha, no grid specs)")
     sw.add_argument("--perturbation-interval", type=int, default=None, metavar="EPOCHS",
                     help="pbt: epochs between exploit/explore steps (default 1)")
     sw.add_argument("--concurrency", type=int, default=None, help="trials at once (default: what the machine holds)")
@@ -48,7 +51,8 @@ def request_from(args) -> SweepRequest:
                         scheduler=args.scheduler, metric=args.metric, perturbation_interval=args.perturbation_interval,
                         concurrency=args.concurrency, cpus_per_trial=args.cpus_per_trial,
                         gpus_per_trial=args.gpus_per_trial, address=args.address, name=args.name,
-                        keep_best=args.keep_best, keep_all=args.keep_all_checkpoints, sweep_id=args.sweep_id)
+                        keep_best=args.keep_best, keep_all=args.keep_all_checkpoints, sweep_id=args.sweep_id,
+                        search_alg=args.search_alg)
 
 
 def cmd_sweep(args) -> int:
@@ -61,7 +65,8 @@ def cmd_sweep(args) -> int:
                    "--perturbation-interval": args.perturbation_interval, "--concurrency": args.concurrency,
                    "--cpus-per-trial": args.cpus_per_trial, "--gpus-per-trial": args.gpus_per_trial,
                    "--address": args.address, "--name": args.name, "--keep-best": args.keep_best != DEFAULT_KEEP_BEST,
-                   "--keep-all-checkpoints": args.keep_all_checkpoints}
+                   "--keep-all-checkpoints": args.keep_all_checkpoints,
+                   "--search-alg": args.search_alg != "random"}
         given = [flag for flag, value in planned.items() if value]
         if given:
             raise SweepError(f"--resume continues a sweep as it was planned (its sweep.json): drop "

@@ -32,12 +32,15 @@ def prunable(status: dict) -> bool:
         state == State.STOPPED and bool(status.get("stopped_by")))
 
 
-def prune_sweep(sweep: Sweep, keep_best: int) -> list[str]:
-    """Remove last.pt from the trials that no longer need it; returns their run ids."""
+def prune_sweep(sweep: Sweep, keep_best: int, ranking: list[str] | None = None) -> list[str]:
+    """Remove last.pt from the trials that no longer need it; returns their run ids. `ranking` (run ids, best
+    first: the driver's Leaderboard) saves reading every trial's metrics to rank them."""
     info = sweep.raw()
     metric = info.get("metric", "val_loss")
     runs = sweep.trial_runs()
-    keep = {run.id for run, _ in ranked(runs, metric)[:max(keep_best, 0)]}
+    if ranking is None:
+        ranking = [run.id for run, _ in ranked(runs, metric)]
+    keep = set(ranking[:max(keep_best, 0)])
     removed, total = [], 0
     for run in runs:
         if run.id in keep or not run.last_ckpt.is_file():

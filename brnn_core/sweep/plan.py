@@ -20,6 +20,7 @@ from brnn_core.sweep.records import METRICS, new_sweep_id, sweeps_dir
 from brnn_core.sweep.space import SearchSpec, SweepError, default_samples, parse_search, trial_count
 
 SCHEDULERS = ("fifo", "asha", "pbt")
+SEARCH_ALGS = ("random", "tpe")  # tpe: Optuna's Tree-structured Parzen Estimator through Ray Tune's OptunaSearch
 DEFAULT_GPU_SHARE = 0.25  # four small BiLSTMs per GPU by default (bench/README.md, "Sweeps")
 DEFAULT_KEEP_BEST = 3  # ended trials that keep last.pt (the best k); the others keep best.pt only
 CONNECT_TIMEOUT_S = 5.0
@@ -44,6 +45,7 @@ class SweepRequest:
     keep_best: int = DEFAULT_KEEP_BEST
     keep_all: bool = False
     sweep_id: str | None = None
+    search_alg: str = "random"
 
 
 @dataclass
@@ -64,6 +66,7 @@ class SweepPlan:
     gpus_per_trial: float
     address: str | None  # None: an embedded local Ray
     keep_best: int | None  # None: keep every last.pt
+    search_alg: str = "random"
 
     @property
     def mode(self) -> str:
@@ -103,6 +106,7 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
         raise SweepError(f"the base config (--config/--set) is not valid:\n{exc}".replace("invalid training config:\n",
                                                                                           "")) from None
     specs = parse_search(request.search, cfg.to_dict(), scheduler=request.scheduler)
+    check_search_alg(request, specs)
     samples = request.trials if request.trials is not None else default_samples(specs)
     if samples < 1:
         raise SweepError(f"--trials {samples}: at least 1")
@@ -115,11 +119,26 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
     sweep_id = request.sweep_id or new_sweep_id(request.name)
     if (sweeps_dir(runs_dir) / sweep_id / "sweep.json").exists():
         raise SweepError(f"sweep {sweep_id} already exists in {sweeps_dir(runs_dir)}")
-    base = cfg.replace(cpu_threads=max(1, round(cpus))).to_dict()
+    base = cfg.replace(cpu_threads=max(1, round(cpus)), best_by=request.metric).to_dict()  # best.pt by the metric
     return SweepPlan(sweep_id=sweep_id, name=request.name or sweep_id, base=base, specs=specs, samples=samples,
                      trials=total, scheduler=request.scheduler, metric=request.metric, perturbation_interval=interval,
                      concurrency=concurrency, cpus_per_trial=cpus, gpus_per_trial=gpus, address=address,
-                     keep_best=None if request.keep_all else request.keep_best)
+                     keep_best=None if request.keep_all else request.keep_best, search_alg=request.search_alg)
+
+
+def check_search_alg(request: SweepRequest, specs: list[SearchSpec]) -> None:
+    """TPE models the results so far to pick the next trial: it needs ranges or choices to draw from."""
+    if request.search_alg not in SEARCH_ALGS:
+        raise SweepError(f"--search-alg {request.search_alg}: use one of {', '.join(SEARCH_ALGS)}")
+    if request.search_alg == "random":
+        return
+    if request.scheduler == "pbt":
+        raise SweepError("--search-alg tpe: PBT brings its own search (it copies and perturbs good trials); use "
+                         "--scheduler fifo or asha with tpe, or pbt with random")
+    grids = [s.key for s in specs if s.kind == "grid"]
+    if grids:
+        raise SweepError(f"--search-alg tpe cannot take grid specs ({', '.join(grids)}): TPE picks values itself; "
+                         f"write them as choice:... instead")
 
 
 def check_schedule(request: SweepRequest, cfg: TrainConfig, total: int) -> int:

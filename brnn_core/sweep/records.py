@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from brnn_core.config import TrainConfig
 from brnn_core.fileio import append_line, atomic_write_json, read_complete_lines, read_json
 from brnn_core.runs.rundir import Run, RunError, last_pt_pruned, now_iso, validate_run_id, worker_alive
 from brnn_core.states import ACTIVE_STATES, State
@@ -35,6 +36,7 @@ from brnn_core.sweep.space import SearchSpec
 FORMAT_VERSION = 1
 # metric name -> (metrics.csv column of the val rows, Tune mode)
 METRICS = {"val_loss": ("loss", "min"), "val_accuracy": ("accuracy", "max")}
+SWEEP_ONLY = ("cpu_threads",)  # set by the sweep's resources, not a setting of the winner
 
 
 def sweeps_dir(runs_dir: Path) -> Path:
@@ -206,6 +208,55 @@ def best_trial(sweep: Sweep) -> dict | None:
         return None
     run, s = top[0]
     return {"run_id": run.id, "metric": metric, "value": s.best, "epoch": s.best_epoch}
+
+
+class Leaderboard:
+    """Every trial's best metric so far, kept in memory from Tune's results as they arrive.
+
+    The driver ranks trials after every result (the best for sweep.json, which last.pt to keep); reading every
+    trial's metrics.csv for that made each result cost more the more trials there were, on Tune's critical path.
+    Here a result costs the same at trial 200 as at trial 10."""
+
+    def __init__(self, metric: str):
+        self.metric = metric
+        self.sign = 1.0 if METRICS[metric][1] == "min" else -1.0
+        self.scores: dict[str, tuple[float, float]] = {}  # run id -> (best value, its epoch)
+
+    def add(self, run_id: str, value: float, epoch: float) -> bool:
+        """Record one result; True when the sweep's best changed."""
+        before = self.best()
+        old = self.scores.get(run_id)
+        if old is None or self.sign * value < self.sign * old[0]:
+            self.scores[run_id] = (float(value), float(epoch))
+        return self.best() != before
+
+    def ranking(self) -> list[str]:
+        """Run ids, best first."""
+        return sorted(self.scores, key=lambda rid: self.sign * self.scores[rid][0])
+
+    def best(self) -> dict | None:
+        if not self.scores:
+            return None
+        run_id = self.ranking()[0]
+        value, epoch = self.scores[run_id]
+        return {"run_id": run_id, "metric": self.metric, "value": value, "epoch": epoch}
+
+
+BEST_CONFIG = "best-config.json"
+
+
+def write_best_config(sweep: Sweep, best: dict | None) -> Path | None:
+    """sweeps/<id>/best-config.json: the best trial's settings as it trains with them now (PBT's and live changes
+    included), a file `train --config` takes, so the winner can be trained again in full."""
+    if not best:
+        return None
+    run = Run(sweep.runs_dir / best["run_id"])
+    train = {**run.config().get("train", {}), **(run.raw_status().get("live") or {})}
+    known = set(TrainConfig.field_names())
+    values = {k: v for k, v in train.items() if k in known and k not in SWEEP_ONLY}
+    path = sweep.path / BEST_CONFIG
+    atomic_write_json(path, values)
+    return path
 
 
 def trials_table(sweep: Sweep) -> pd.DataFrame:

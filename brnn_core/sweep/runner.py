@@ -36,7 +36,16 @@ from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.cluster import check_cluster
 from brnn_core.sweep.disk import prune_sweep, prune_tune_checkpoints
 from brnn_core.sweep.plan import SweepPlan, SweepRequest, cluster_address, describe, fit_cluster, local_gpus
-from brnn_core.sweep.records import FORMAT_VERSION, Sweep, best_trial, counts, resolve_sweep, sweeps_dir, trial_number
+from brnn_core.sweep.records import (
+    FORMAT_VERSION,
+    Sweep,
+    best_trial,
+    counts,
+    resolve_sweep,
+    sweeps_dir,
+    trial_number,
+    write_best_config,
+)
 from brnn_core.sweep.space import SweepError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -201,7 +210,8 @@ def finish(sweep: Sweep, plan: SweepPlan, state: str, message: str, printer) -> 
         prune_sweep(sweep, plan.keep_best)
         if state in (State.FINISHED, State.STOPPED):
             prune_tune_checkpoints(sweep)
-    best = best_trial(sweep)
+    best = best_trial(sweep)  # once, at the end: every trial read, whatever the driver saw
+    write_best_config(sweep, best)
     tally = ", ".join(f"{n} {s}" for s, n in sorted(counts(sweep).items()))
     if best:
         message += (f"; best {trial_number(best['run_id'])} ({best['run_id']}): {best['metric']} "

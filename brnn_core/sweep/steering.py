@@ -23,7 +23,7 @@ from brnn_core.config import TrainConfig
 from brnn_core.runs.rundir import Run
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, State
 from brnn_core.sweep.disk import prune_sweep
-from brnn_core.sweep.records import Sweep, best_trial, trial_number, trial_run_id
+from brnn_core.sweep.records import Leaderboard, Sweep, trial_number, trial_run_id, write_best_config
 
 
 class SweepControl:
@@ -164,6 +164,7 @@ class SweepCallback(Callback):
         self.keep_best = keep_best  # trials keeping last.pt besides the unfinished ones; None keeps every one
         self.printer = printer
         self.stop_sent = False
+        self.board: Leaderboard | None = None  # made at the first result (the metric is in sweep.json)
 
     def on_step_begin(self, iteration, trials, **info):
         if self.stop_sent or not self.control.stop_requested():
@@ -186,14 +187,22 @@ class SweepCallback(Callback):
             values = ", ".join(f"{k}={_fmt(v)}" for k, v in trial.config.items())
             self.printer(f"{trial_number(run_id)} started: {values}")
 
+    def leaderboard(self, sweep: Sweep) -> Leaderboard:
+        if self.board is None:
+            self.board = Leaderboard(sweep.raw().get("metric", "val_loss"))
+        return self.board
+
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        """Constant work per result, whatever the number of trials: no trial's files are read to rank them."""
         sweep = self.control.sweep
-        metric = sweep.raw().get("metric", "val_loss")
-        if metric in result:
+        board = self.leaderboard(sweep)
+        if board.metric in result and result.get("run_id"):
             epochs = (self.control.run_of(trial.trial_id).raw_status().get("live") or {}).get("epochs", "?")
-            self.printer(f"{trial_number(result.get('run_id', ''))} epoch {result.get('epoch')}/{epochs}: "
+            self.printer(f"{trial_number(result['run_id'])} epoch {result.get('epoch')}/{epochs}: "
                          f"val_loss {result['val_loss']:.4f}, val_accuracy {100 * result['val_accuracy']:.2f}%")
-            sweep.write(best=best_trial(sweep))
+            if board.add(result["run_id"], result[board.metric], result.get("epoch", 0)):
+                sweep.write(best=board.best())
+                write_best_config(sweep, board.best())
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._ended(trial, None)
@@ -216,9 +225,8 @@ class SweepCallback(Callback):
                 said = message if message.startswith(state) else f"{state}: {message}"
                 self.printer(f"{trial_number(run.id)} {said}")
         sweep = self.control.sweep
-        sweep.write(best=best_trial(sweep))
         if self.keep_best is not None:
-            prune_sweep(sweep, self.keep_best)
+            prune_sweep(sweep, self.keep_best, ranking=self.board.ranking() if self.board else None)
 
 
 def _fmt(value) -> str:

@@ -46,6 +46,18 @@ def make_scheduler(plan: SweepPlan, control: SweepControl):
     return Fifo(control=control)
 
 
+def search_alg(plan: SweepPlan):
+    """None: Tune's random/grid sampling. tpe: Optuna's TPE, asked for at most `concurrency` trials at once (it
+    learns from finished results, so it should not hand out every trial before the first one reports)."""
+    if plan.search_alg != "tpe":
+        return None
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch  # imports optuna: only for a TPE sweep
+
+    return ConcurrencyLimiter(OptunaSearch(metric=plan.metric, mode=plan.mode, seed=int(plan.base.get("seed", 0))),
+                              max_concurrent=plan.concurrency)
+
+
 def max_concurrent(plan: SweepPlan) -> int | None:
     """Tune's limit on trials at once. Not for PBT: the whole population must exist so that PBT can pause
     some and run others in turn (the embedded Ray then holds exactly `concurrency` trials, runner.py)."""
@@ -61,7 +73,8 @@ def build_tuner(plan: SweepPlan, sweep: Sweep, data_dir: Path, *, restore: bool 
     return tune.Tuner(
         fn, param_space={s.key: to_tune(s) for s in plan.specs},
         tune_config=tune.TuneConfig(num_samples=plan.samples, max_concurrent_trials=max_concurrent(plan),
-                                    scheduler=make_scheduler(plan, control), reuse_actors=True),
+                                    scheduler=make_scheduler(plan, control), search_alg=search_alg(plan),
+                                    reuse_actors=True),
         run_config=tune.RunConfig(name=sweep.tune_dir.name, storage_path=str(sweep.path), verbose=0,
                                   stop=SweepStopper(control), callbacks=[SweepCallback(control, plan.keep_best)],
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=TUNE_CHECKPOINTS_KEPT),

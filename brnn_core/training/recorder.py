@@ -38,7 +38,14 @@ class Position:
     epoch: int = 0  # completed epochs
     batch: int = 0  # batches done in the unfinished epoch
     step: int = 0  # optimizer steps taken
-    best_val: float = math.inf  # lowest validation loss so far (best.pt's)
+    best_val: float = math.inf  # best.pt's score so far, lower is better (`best_score`: loss, or -accuracy)
+
+
+def best_score(best_by: str, metrics: dict) -> float:
+    """What best.pt is chosen by, as a number where lower is better: the validation loss, or minus the accuracy."""
+    if best_by == "val_accuracy":
+        return -metrics.get("val_acc", -math.inf)
+    return metrics.get("val_loss", math.inf)
 
 
 class Recorder:
@@ -137,8 +144,8 @@ class Recorder:
                             lr=self.optimizer.param_groups[0]["lr"], elapsed_s=self.elapsed_s())
         metrics = {"val_loss": val.loss, "val_acc": val.accuracy, "train_loss": result.loss}
         self.save_last(metrics)
-        if val.loss < self.position.best_val:
-            self.position.best_val = val.loss
+        if best_score(self.cfg.best_by, metrics) < self.position.best_val:
+            self.position.best_val = best_score(self.cfg.best_by, metrics)
             save_checkpoint(self.run.best_ckpt, self.model, classes=self.classes, epoch=epoch, step=result.step,
                             train_config={**self.cfg.to_dict(), "live": dict(self.settings)}, metrics=metrics)
         self.run.log_event("epoch", f"epoch {epoch}: train loss {result.loss:.4f}, val loss {val.loss:.4f}, "

@@ -21,7 +21,7 @@ from brnn_core.config import TrainConfig
 from brnn_core.fileio import atomic_write
 from brnn_core.runs.branch import PARENT_CKPT, parent_of
 from brnn_core.runs.rundir import Run
-from brnn_core.training.recorder import Position
+from brnn_core.training.recorder import Position, best_score
 
 
 @dataclass
@@ -131,7 +131,8 @@ def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
         raise CheckpointError(f"{path} does not belong to this run: {exc}") from None
     if scaler is not None and ckpt.scaler_state:
         scaler.load_state_dict(ckpt.scaler_state)
-    best_val = load_checkpoint(run.best_ckpt).metrics.get("val_loss", math.inf) if run.best_ckpt.is_file() \
+    best_by = run.config().get("train", {}).get("best_by", "val_loss")
+    best_val = best_score(best_by, load_checkpoint(run.best_ckpt).metrics) if run.best_ckpt.is_file() \
         else math.inf
     dropped = drop_metrics_after(run, ckpt.step)
     run.log_event("resume", f"resumed from {'last.pt' if source is None else source} at epoch {ckpt.epoch}, "
