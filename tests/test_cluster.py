@@ -170,6 +170,44 @@ def test_a_head_registered_under_a_network_address_is_joined_every_way(cluster):
         assert left == ""
 
 
+LOST_HEAD = """
+export RAY_gcs_rpc_server_reconnect_timeout_s=10  # a driver gives up on a lost head after 60 s by default
+({py} -m brnn_core sweep --runs-dir {runs} --data-dir {data} {args} > {out}/lost.log 2>&1; echo $? > {out}/lost.rc) &
+driver=$!
+for i in $(seq 1 1200); do grep -qs ",val," {runs}/*/metrics.csv && break; sleep 0.5; done
+first=${{groups# }}; first=${{first%% *}}  # the first head's process group
+kill -KILL -- -$first  # the head machine is gone
+wait $driver
+setsid {ray} start --head --block --port={port} --num-cpus=2 --include-dashboard=false > {out}/head2.log 2>&1 &
+groups="$groups $!"
+started {out}/head2.log || {{ echo "head did not restart"; exit 92; }}
+{py} -m brnn_core sweep --runs-dir {runs} --resume $(ls {runs}/sweeps) > {out}/resume.log 2>&1
+echo $? > {out}/resume.rc
+"""
+
+
+@needs_namespaces
+def test_a_lost_head_leaves_an_interrupted_sweep_that_resumes(cluster):
+    out, runs, data = cluster
+    port = free_port()
+    args = " ".join([*SWEEP, "--set", "epochs=4", "--search", "lr=grid:0.01,0.003", "--address", f"127.0.0.1:{port}"])
+    script = HEAD.format(ray=RAY, port=port, cpus=2, out=out) + LOST_HEAD.format(
+        py=sys.executable, runs=runs, data=data, args=args, out=out, ray=RAY, port=port)
+    run_in_namespace(script, out)
+    lost = (out / "lost.log").read_text()
+    assert (out / "lost.rc").read_text().strip() == "1", lost[-3000:]
+    assert "--resume" in lost  # the message says how to continue
+    resumed = (out / "resume.log").read_text()
+    assert (out / "resume.rc").read_text().strip() == "0", resumed[-3000:]
+    info = only_sweep(runs)
+    assert info["state"] == "finished", info
+    for rid in info["trials"]:
+        status = json.loads((runs / rid / "status.json").read_text())
+        metrics = (runs / rid / "metrics.csv").read_text().splitlines()
+        val_epochs = [float(line.split(",")[1]) for line in metrics[1:] if line.split(",")[2] == "val"]
+        assert status["state"] == "finished" and val_epochs == [1, 2, 3, 4], (rid, val_epochs)
+
+
 def test_a_wrong_address_fails_in_seconds_with_the_message(tmp_path):
     port = free_port()  # nothing listens there
     done = subprocess.run([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(tmp_path / "runs"),

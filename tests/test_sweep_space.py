@@ -243,3 +243,22 @@ def test_tpe_plan_is_recorded(tmp_path):
     plan = plan_sweep(SweepRequest(search=["lr=loguniform:0.001:0.01"], search_alg="tpe", trials=4, scheduler="asha",
                                    sets=["epochs=2"]), tmp_path / "runs", tmp_path / "data")
     assert plan.search_alg == "tpe" and plan.to_dict()["search_alg"] == "tpe"
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--grace-period", "2"], "only apply to --scheduler asha"),
+    (["--scheduler", "asha", "--grace-period", "3"], "--grace-period 3: between 1 and epochs - 1 (2)"),
+    (["--scheduler", "asha", "--reduction-factor", "1"], "--reduction-factor 1: at least 2"),
+    (["--time-budget", "0"], "--time-budget 0: minutes above 0"),
+])
+def test_budget_options_are_checked_before_ray(tmp_path, capsys, args, words):
+    code = main(["sweep", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"),
+                 "--set", "epochs=3", "--search", "lr=choice:0.01,0.001", *args])
+    assert code == 2 and words in capsys.readouterr().err
+
+
+def test_asha_options_reach_the_plan(tmp_path):
+    plan = plan_sweep(SweepRequest(search=["lr=choice:0.01,0.001"], scheduler="asha", sets=["epochs=4"],
+                                   grace_period=2, reduction_factor=3, time_budget_min=1.5),
+                      tmp_path / "runs", tmp_path / "data")
+    assert (plan.grace_period, plan.reduction_factor, plan.time_budget_s) == (2, 3, 90.0)

@@ -26,6 +26,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
     sw.add_argument("--search-alg", default="random", choices=SEARCH_ALGS,
                     help="random: independent samples (grids: every value); tpe: Optuna's TPE picks each next trial "
                          "from the results so far (fifo or asha, no grid specs)")
+    sw.add_argument("--grace-period", type=int, default=1, metavar="EPOCHS",
+                    help="asha: epochs every trial trains before it may be stopped (default 1)")
+    sw.add_argument("--reduction-factor", type=int, default=2, metavar="N",
+                    help="asha: only the best 1/N of the trials at each rung go on (default 2; Ray's own is 4)")
+    sw.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
+                    help="stop the sweep after this long: running trials save last.pt and end with the reason, no "
+                         "new trial starts; `--resume` continues it")
     sw.add_argument("--perturbation-interval", type=int, default=None, metavar="EPOCHS",
                     help="pbt: epochs between exploit/explore steps (default 1)")
     sw.add_argument("--concurrency", type=int, default=None, help="trials at once (default: what the machine holds)")
@@ -52,7 +59,8 @@ def request_from(args) -> SweepRequest:
                         concurrency=args.concurrency, cpus_per_trial=args.cpus_per_trial,
                         gpus_per_trial=args.gpus_per_trial, address=args.address, name=args.name,
                         keep_best=args.keep_best, keep_all=args.keep_all_checkpoints, sweep_id=args.sweep_id,
-                        search_alg=args.search_alg)
+                        search_alg=args.search_alg, grace_period=args.grace_period,
+                        reduction_factor=args.reduction_factor, time_budget_min=args.time_budget)
 
 
 def cmd_sweep(args) -> int:
@@ -66,7 +74,8 @@ def cmd_sweep(args) -> int:
                    "--cpus-per-trial": args.cpus_per_trial, "--gpus-per-trial": args.gpus_per_trial,
                    "--address": args.address, "--name": args.name, "--keep-best": args.keep_best != DEFAULT_KEEP_BEST,
                    "--keep-all-checkpoints": args.keep_all_checkpoints,
-                   "--search-alg": args.search_alg != "random"}
+                   "--search-alg": args.search_alg != "random", "--grace-period": args.grace_period != 1,
+                   "--reduction-factor": args.reduction_factor != 2, "--time-budget": args.time_budget}
         given = [flag for flag, value in planned.items() if value]
         if given:
             raise SweepError(f"--resume continues a sweep as it was planned (its sweep.json): drop "

@@ -16,7 +16,7 @@ import time
 
 from brnn_core.runs.rundir import Run
 from brnn_core.states import State
-from brnn_core.sweep.records import Sweep, ranked
+from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, ranked
 
 PRUNED_NOTE = "last.pt was removed to save disk (best.pt is kept), so this run cannot be resumed"
 
@@ -29,7 +29,7 @@ def prunable(status: dict) -> bool:
     """Ended for good: finished, failed, diverged, or stopped early by the scheduler."""
     state = status.get("state")
     return state in (State.FINISHED, State.FAILED, State.DIVERGED) or (
-        state == State.STOPPED and bool(status.get("stopped_by")))
+        state == State.STOPPED and status.get("stopped_by") in SCHEDULER_STOPS)
 
 
 def prune_sweep(sweep: Sweep, keep_best: int, ranking: list[str] | None = None) -> list[str]:

@@ -28,7 +28,9 @@ def request_args(request: SweepRequest) -> list[str]:
                "--perturbation-interval": request.perturbation_interval, "--concurrency": request.concurrency,
                "--cpus-per-trial": request.cpus_per_trial, "--gpus-per-trial": request.gpus_per_trial,
                "--address": request.address, "--name": request.name, "--keep-best": request.keep_best,
-               "--config": request.config, "--search-alg": request.search_alg}
+               "--config": request.config, "--search-alg": request.search_alg,
+               "--grace-period": request.grace_period, "--reduction-factor": request.reduction_factor,
+               "--time-budget": request.time_budget_min}
     args += [a for k, v in options.items() if v is not None for a in (k, f"{v:g}" if isinstance(v, float) else str(v))]
     return args + (["--keep-all-checkpoints"] if request.keep_all else [])
 

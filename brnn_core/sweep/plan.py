@@ -46,6 +46,9 @@ class SweepRequest:
     keep_all: bool = False
     sweep_id: str | None = None
     search_alg: str = "random"
+    grace_period: int = 1
+    reduction_factor: int = 2
+    time_budget_min: float | None = None
 
 
 @dataclass
@@ -67,6 +70,9 @@ class SweepPlan:
     address: str | None  # None: an embedded local Ray
     keep_best: int | None  # None: keep every last.pt
     search_alg: str = "random"
+    grace_period: int = 1  # asha: epochs every trial trains before it can be stopped
+    reduction_factor: int = 2  # asha: only the best 1/N of the trials at a rung go on
+    time_budget_s: float | None = None  # trials still running then are stopped, last.pt kept
 
     @property
     def mode(self) -> str:
@@ -107,6 +113,7 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
                                                                                           "")) from None
     specs = parse_search(request.search, cfg.to_dict(), scheduler=request.scheduler)
     check_search_alg(request, specs)
+    check_budgets(request, cfg)
     samples = request.trials if request.trials is not None else default_samples(specs)
     if samples < 1:
         raise SweepError(f"--trials {samples}: at least 1")
@@ -123,7 +130,24 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
     return SweepPlan(sweep_id=sweep_id, name=request.name or sweep_id, base=base, specs=specs, samples=samples,
                      trials=total, scheduler=request.scheduler, metric=request.metric, perturbation_interval=interval,
                      concurrency=concurrency, cpus_per_trial=cpus, gpus_per_trial=gpus, address=address,
-                     keep_best=None if request.keep_all else request.keep_best, search_alg=request.search_alg)
+                     keep_best=None if request.keep_all else request.keep_best, search_alg=request.search_alg,
+                     grace_period=request.grace_period, reduction_factor=request.reduction_factor,
+                     time_budget_s=None if request.time_budget_min is None else 60.0 * request.time_budget_min)
+
+
+def check_budgets(request: SweepRequest, cfg: TrainConfig) -> None:
+    """ASHA's grace period and reduction factor, and the time budget, each with its allowed range."""
+    if request.time_budget_min is not None and request.time_budget_min <= 0:
+        raise SweepError(f"--time-budget {request.time_budget_min:g}: minutes above 0")
+    asha_options = request.grace_period != 1 or request.reduction_factor != 2
+    if asha_options and request.scheduler != "asha":
+        raise SweepError("--grace-period and --reduction-factor only apply to --scheduler asha")
+    if not 1 <= request.grace_period < max(cfg.epochs, 2):
+        raise SweepError(f"--grace-period {request.grace_period}: between 1 and epochs - 1 ({cfg.epochs - 1}); every "
+                         "trial trains that many epochs before ASHA may stop it")
+    if request.reduction_factor < 2:
+        raise SweepError(f"--reduction-factor {request.reduction_factor}: at least 2 (2 keeps the best half at each "
+                         "rung, 3 the best third)")
 
 
 def check_search_alg(request: SweepRequest, specs: list[SearchSpec]) -> None:

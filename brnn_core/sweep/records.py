@@ -17,6 +17,7 @@ A sweep whose driver died without saying so reads as `interrupted`, like a run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -37,6 +38,7 @@ FORMAT_VERSION = 1
 # metric name -> (metrics.csv column of the val rows, Tune mode)
 METRICS = {"val_loss": ("loss", "min"), "val_accuracy": ("accuracy", "max")}
 SWEEP_ONLY = ("cpu_threads",)  # set by the sweep's resources, not a setting of the winner
+SCHEDULER_STOPS = ("asha",)  # a trial a scheduler stopped early has ended for good; other stops can be resumed
 
 
 def sweeps_dir(runs_dir: Path) -> Path:
@@ -133,6 +135,16 @@ class Sweep:
             return False
         lines, _ = read_complete_lines(self.control_path)
         return any('"stop"' in line for line in lines)
+
+    def stop_source(self) -> str | None:
+        """Who asked the sweep to stop first (user, dashboard, keyboard, signal, budget), or None."""
+        if not self.stop_requested():
+            return None
+        for line in read_complete_lines(self.control_path)[0]:
+            with contextlib.suppress(ValueError):
+                if json.loads(line).get("cmd") == "stop":
+                    return json.loads(line).get("source")
+        return None
 
     def clear_requests(self) -> None:
         """Forget earlier stop requests (a resumed sweep starts with none)."""

@@ -174,8 +174,10 @@ def drive(sweep: Sweep, tuner, plan: SweepPlan, printer) -> int:
     sweep.write(message="running")
     try:
         tuner.fit()
-        state, message = (State.STOPPED, "stopped on request") if sweep.stop_requested() else (State.FINISHED,
-                                                                                              "finished")
+        source = sweep.stop_source()
+        message = "stopped: the time budget ran out" if source == "budget" else "stopped on request"
+        state, message = (State.STOPPED, f"{message}; `sweep --resume {sweep.id}` continues it") if source \
+            else (State.FINISHED, "finished")
     except KeyboardInterrupt:
         state, message = State.INTERRUPTED, f"aborted: `python -m brnn_core sweep --resume {sweep.id}` continues it"
     except Exception as exc:  # noqa: BLE001 - the record must say how the sweep ended
@@ -242,7 +244,7 @@ def resume_sweep(sweep_id: str, runs_dir: Path, printer=print) -> int:
     if state == State.RUNNING:
         raise SweepError(f"sweep {sweep_id} is still running (driver pid {info.get('pid')}); stop it first")
     interrupted = [r for r in sweep.trial_runs() if r.status().get("state") == State.INTERRUPTED]
-    if state not in (State.INTERRUPTED, State.FAILED) and not interrupted:
+    if state not in (State.INTERRUPTED, State.FAILED, State.STOPPED) and not interrupted:
         raise SweepError(f"sweep {sweep_id} {state}: nothing to resume. Its trials are ordinary runs: continue one "
                          "with `python -m brnn_core train --resume RUN`")
     if not (sweep.tune_dir / "tuner.pkl").is_file():

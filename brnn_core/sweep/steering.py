@@ -12,6 +12,7 @@ Everything here holds only paths (Tune pickles it with the experiment for `Tuner
 
 from __future__ import annotations
 
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -159,22 +160,34 @@ class SweepStopper(Stopper):
 class SweepCallback(Callback):
     """Keeps sweep.json current, forwards Stop sweep to the trials, marks dead trials, prunes, prints."""
 
-    def __init__(self, control: SweepControl, keep_best: int | None = 3, printer=print):
+    def __init__(self, control: SweepControl, keep_best: int | None = 3, printer=print,
+                 time_budget_s: float | None = None):
         self.control = control
+        self.deadline = None if time_budget_s is None else time.time() + time_budget_s
+        self.budget_min = None if time_budget_s is None else time_budget_s / 60.0
         self.keep_best = keep_best  # trials keeping last.pt besides the unfinished ones; None keeps every one
         self.printer = printer
         self.stop_sent = False
         self.board: Leaderboard | None = None  # made at the first result (the metric is in sweep.json)
 
     def on_step_begin(self, iteration, trials, **info):
-        if self.stop_sent or not self.control.stop_requested():
+        if self.stop_sent:
+            return
+        budget = self.deadline is not None and time.time() >= self.deadline
+        if budget and not self.control.stop_requested():
+            self.control.sweep.request_stop("budget")
+        if not self.control.stop_requested():
             return
         self.stop_sent = True
         busy = self.control.training()
+        reason = {"source": "budget", "reason": f"the sweep's time budget of {self.budget_min:g} min ran out "
+                                                "(last.pt kept: `sweep --resume` continues it)"} if budget else {}
         for run in busy:
-            run.send_command("stop")
-        self.control.sweep.log_event("stop", f"stop asked for: {len(busy)} training trial(s) told to stop")
-        self.printer(f"stopping: {len(busy)} trial(s) save last.pt and end; no new trial starts")
+            run.send_command("stop", **reason)
+        self.control.sweep.log_event("stop", f"{'time budget' if budget else 'stop'}: {len(busy)} training "
+                                             "trial(s) told to stop")
+        self.printer(f"{'time budget reached, ' if budget else ''}stopping: {len(busy)} trial(s) save last.pt and "
+                     "end; no new trial starts")
 
     def on_trial_start(self, iteration, trials, trial, **info):
         if self.control.stop_requested():

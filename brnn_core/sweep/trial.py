@@ -32,7 +32,7 @@ from brnn_core.config import LIVE_FIELDS, TrainConfig
 from brnn_core.runs.rundir import Run, create_run, new_run_config
 from brnn_core.states import State
 from brnn_core.sweep.cluster import require_shared
-from brnn_core.sweep.records import Sweep, trial_index, trial_run_id
+from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, trial_index, trial_run_id
 from brnn_core.training.control import Controller
 from brnn_core.training.worker import run_training
 
@@ -68,20 +68,29 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
         return  # the sweep is stopping: never start a new trial
     searched = {k: config[k] for k in setup.searched}
     status = run.raw_status() if run.exists() else {}
-    if status.get("state") in FINAL_STATES or status.get("stopped_by"):
+    if status.get("state") in FINAL_STATES or status.get("stopped_by") in SCHEDULER_STOPS:
         report_final(run, setup)  # Tune lost track of an ended trial (restored sweep): nothing to train
         return
     plan = plan_start(run, setup, searched, trial_id, tune.get_checkpoint())
     run.write_status(ray_node=ray.get_runtime_context().get_node_id())  # which node of a cluster trains it
     try:
-        run_training(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
-                     before_start=plan.before_start, after_epoch=Reporter(run, setup))
+        state = run_training(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
+                             before_start=plan.before_start, after_epoch=Reporter(run, setup))
     except SystemExit:  # Tune ended this trial's thread in tune.report (a PBT pause or exploit)
         wait_for_scheduler(run, setup)
         raise
     finally:
         if plan.source is not None:
             plan.source.unlink(missing_ok=True)
+    if state == State.STOPPED and run.raw_status().get("stopped_by") not in SCHEDULER_STOPS:
+        # stopped with the sweep (Stop sweep, Ctrl-C, the time budget): unfinished to Tune, so that
+        # `sweep --resume` trains it on from its last.pt (Tune restores only trials it did not see end)
+        raise TrialStopped(f"{run.id} stopped with the sweep at step {run.raw_status().get('step')}; "
+                           "`sweep --resume` continues it")
+
+
+class TrialStopped(RuntimeError):
+    """A trial stopped with its sweep (not by its scheduler): Tune records it as not finished."""
 
 
 @dataclass

@@ -20,7 +20,6 @@ from brnn_core.sweep.trial import TrialSetup, train_trial
 
 # Reusing a trial's Ray worker for the next trial (or a PBT restart) saves a process start and torch import
 # each time; every run sets its own seed, threads and device, so nothing carries over but the process.
-ASHA_REDUCTION = 2  # halve at each rung: with a handful of trials, ASHA's default of 4 would stop nearly all
 TUNE_CHECKPOINTS_KEPT = 3  # PBT copies the latest; older ones may still be in flight to an exploited trial
 
 
@@ -37,7 +36,8 @@ def trainable(plan: SweepPlan, sweep: Sweep, data_dir: Path):
 def make_scheduler(plan: SweepPlan, control: SweepControl):
     if plan.scheduler == "asha":
         return Asha(control=control, time_attr="epoch", metric=plan.metric, mode=plan.mode,
-                    max_t=int(plan.base["epochs"]), grace_period=1, reduction_factor=ASHA_REDUCTION)
+                    max_t=int(plan.base["epochs"]), grace_period=plan.grace_period,
+                    reduction_factor=plan.reduction_factor)
     if plan.scheduler == "pbt":
         return Pbt(control=control, time_attr="epoch", metric=plan.metric, mode=plan.mode,
                    perturbation_interval=plan.perturbation_interval, final_epoch=int(plan.base["epochs"]),
@@ -76,6 +76,7 @@ def build_tuner(plan: SweepPlan, sweep: Sweep, data_dir: Path, *, restore: bool 
                                     scheduler=make_scheduler(plan, control), search_alg=search_alg(plan),
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=sweep.tune_dir.name, storage_path=str(sweep.path), verbose=0,
-                                  stop=SweepStopper(control), callbacks=[SweepCallback(control, plan.keep_best)],
+                                  stop=SweepStopper(control), callbacks=[SweepCallback(control, plan.keep_best,
+                                                                       time_budget_s=plan.time_budget_s)],
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=TUNE_CHECKPOINTS_KEPT),
                                   failure_config=tune.FailureConfig(max_failures=0)))
