@@ -11,7 +11,7 @@ from brnn_core.config import ConfigError, TrainConfig
 from brnn_core.data.datasets import DATASETS, default_dataset
 from brnn_core.fileio import read_json
 from brnn_core.runs.rundir import Run, RunError
-from brnn_core.states import State
+from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep import charts as sweep_charts
 from brnn_core.sweep.launch import start_sweep
 from brnn_core.sweep.plan import (
@@ -28,7 +28,6 @@ from brnn_core.sweep.records import (
     BEST_CONFIG,
     METRICS,
     Sweep,
-    counts,
     list_sweeps,
     metric_curves,
     sweeps_dir,
@@ -36,7 +35,7 @@ from brnn_core.sweep.records import (
     trials_table,
 )
 from brnn_core.sweep.space import SEARCHABLE, SPEC_HELP, SUGGESTED_SPECS, SweepError, parse_spec
-from ui.common import flash, folders, registry, show_flashes, state_label
+from ui.common import LIVE_REFRESH_S, flash, folders, memo, registry, run_index, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
@@ -208,8 +207,10 @@ def live_panel(sweep_path: str, seen_state: str | None) -> None:
     if info.get("state") != seen_state:
         st.rerun()
     metric = info.get("metric", "val_loss")
-    table = trials_table(sweep)
-    tally = " · ".join(f"{n} {s}" for s, n in sorted(counts(sweep).items()))
+    index = run_index(sweep.runs_dir)  # shared with the Runs page: a trial is re-read only when its files change
+    table = trials_table(sweep, index)
+    states = table["state"].map(lambda s: State.RUNNING if s in ACTIVE_STATES else s).value_counts()
+    tally = " · ".join(f"{n} {s}" for s, n in sorted(states.items()))
     st.caption(f"{len(table)} of {info.get('plan', {}).get('trials', '?')} trials started · {tally or 'none yet'}")
     st.dataframe(table, hide_index=True, key="sweep_table", column_config={
         "run_id": st.column_config.TextColumn("run"), "lr": st.column_config.NumberColumn("lr", format="%.3g"),
@@ -221,11 +222,15 @@ def live_panel(sweep_path: str, seen_state: str | None) -> None:
                    "but not resumed.")
     specs = sweep.specs()
     keys = [s.key for s in specs]
-    st.plotly_chart(sweep_charts.parcoords_figure(table, keys, metric, revision=sweep.id,
-                                                  log_keys=tuple(s.key for s in specs if s.kind == "loguniform")),
-                    key="sweep_parcoords", on_select="ignore")
-    st.plotly_chart(sweep_charts.curves_figure(metric_curves(sweep), metric, revision=sweep.id),
-                    key="sweep_curves", on_select="ignore")
+    curves = metric_curves(sweep, index)
+    # the figures are rebuilt only when what they show changed: the table's values, a curve's length
+    key = (sweep.id, metric, table.to_json(), tuple((rid, len(c)) for rid, c in curves.items()))
+    parcoords, lines = memo("sweep_figures", key, lambda: (
+        sweep_charts.parcoords_figure(table, keys, metric, revision=sweep.id,
+                                      log_keys=tuple(s.key for s in specs if s.kind == "loguniform")),
+        sweep_charts.curves_figure(curves, metric, revision=sweep.id)))
+    st.plotly_chart(parcoords, key="sweep_parcoords", on_select="ignore")
+    st.plotly_chart(lines, key="sweep_curves", on_select="ignore")
 
 
 def on_stop(sweep_path: str) -> None:
@@ -279,4 +284,5 @@ with right:
     if best:
         st.markdown(f"**Best:** trial {trial_number(best['run_id'])} · {best['metric']} {best['value']:.4f} at epoch "
                     f"{best['epoch']:g} (`{best['run_id']}`)")
-    st.fragment(run_every=1.0 if state in (None, State.RUNNING) else None)(live_panel)(str(sweep.path), state)
+    st.fragment(run_every=LIVE_REFRESH_S if state in (None, State.RUNNING) else None)(live_panel)(str(sweep.path),
+                                                                                             state)

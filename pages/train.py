@@ -25,7 +25,7 @@ from brnn_core.runs.rundir import Run, RunError
 from brnn_core.schedule import SCHEDULES
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
 from ui.branch import branch_form
-from ui.common import flash, folders, memo, registry, run_picker, select_run, show_flashes, state_label
+from ui.common import LIVE_REFRESH_S, flash, folders, memo, registry, run_picker, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
@@ -40,7 +40,6 @@ active = state in ACTIVE_STATES
 show_flashes()
 
 # ------------------------------------------------------------------ the form
-LIVE_REFRESH_S = 3.0  # the live panel's redraw interval while a run trains (see the fragment below)
 FIXED_WHILE_RUNNING = "Fixed while a run is training: it needs a new run (stop the current one first)."
 defaults = TrainConfig(dataset=default_dataset(data_dir))
 form = st.session_state.setdefault("form", defaults.to_dict())  # survives page changes

@@ -24,6 +24,9 @@ STATE_STYLE = {State.QUEUED: ("gray", "hourglass_empty"), State.LOADING: ("gray"
 PICKER_RUNS = 200  # runs listed in the sidebar picker (newest first; the Runs page lists every run)
 
 
+LIVE_REFRESH_S = 3.0  # the live panels' redraw interval while something trains (bench/README.md)
+
+
 def folders() -> tuple[Path, Path]:
     """Runs and data folders ($BRNN_RUNS_DIR, $BRNN_DATA_DIR; default ./runs and ./data)."""
     runs_dir = default_runs_dir()

@@ -54,6 +54,9 @@ class ValSummary:
     acc_at_best_loss: float | None = None  # validation accuracy where the validation loss was lowest (best.pt)
     last_val_acc: float | None = None  # the last validation accuracy (last.pt after an epoch)
     test_acc: float | None = None  # the last test row's accuracy
+    best_val_loss: float | None = None  # lowest validation loss
+    last_val_loss: float | None = None
+    val_points: tuple = ()  # (epoch, loss, accuracy) of every validation row: a sweep's curves without a DataFrame
 
 
 @dataclass
@@ -84,6 +87,7 @@ def val_summary(lines: list[str]) -> ValSummary:
     split_at, loss_at, acc_at = (METRIC_COLUMNS.index(c) for c in ("split", "loss", "accuracy"))
     out = ValSummary()
     best_loss = math.inf
+    points: list[tuple[float, float, float]] = []
     for line in lines[1:]:
         if line.count(",") != commas:
             continue
@@ -97,10 +101,14 @@ def val_summary(lines: list[str]) -> ValSummary:
             out.test_acc = acc_or_none
             continue
         out.last_val_acc = acc_or_none
+        out.last_val_loss = None if math.isnan(loss) else loss
+        points.append((_number(parts[METRIC_COLUMNS.index("epoch")]), loss, acc))
         if acc_or_none is not None and (out.best_val_acc is None or acc > out.best_val_acc):
             out.best_val_acc = acc
         if loss < best_loss:  # the first lowest, as pandas' idxmin; NaN never compares lower
             best_loss, out.acc_at_best_loss = loss, acc_or_none
+            out.best_val_loss = loss
+    out.val_points = tuple(points)
     return out
 
 
@@ -261,6 +269,11 @@ class RunIndex:
             return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
         return self._memoised("table", self.refresh(), build)
+
+    def entries(self, run_ids: list[str]) -> dict[str, Entry]:
+        """The entries of these runs (those that exist), each re-read only when its files changed."""
+        wanted = set(run_ids)
+        return {name: entry for name, entry in self.refresh() if name in wanted}
 
     def metrics(self, run_id: str) -> pd.DataFrame:
         """One run's whole metrics.csv (shared between callers: do not modify it)."""

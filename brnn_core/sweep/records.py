@@ -30,7 +30,8 @@ import pandas as pd
 
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import append_line, atomic_write_json, read_complete_lines, read_json
-from brnn_core.runs.rundir import Run, RunError, last_pt_pruned, now_iso, validate_run_id, worker_alive
+from brnn_core.runs.index import RunIndex
+from brnn_core.runs.rundir import Run, RunError, last_pt_pruned, now_iso, true_status, validate_run_id, worker_alive
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.space import SearchSpec
 
@@ -271,42 +272,42 @@ def write_best_config(sweep: Sweep, best: dict | None) -> Path | None:
     return path
 
 
-def trials_table(sweep: Sweep) -> pd.DataFrame:
-    """One row per trial: state, searched values, progress, metric, why it ended early, last.pt."""
+def trials_table(sweep: Sweep, index: RunIndex | None = None) -> pd.DataFrame:
+    """One row per trial: state, searched values, progress, metric, why it ended early, last.pt.
+
+    Read through `index` (the pages share one per runs folder): a trial's files are parsed again only when they
+    changed, so a rerun with hundreds of trials costs a few stat calls each."""
     info = sweep.raw()
     metric = info.get("metric", "val_loss")
     keys = list((info.get("search") or {}).keys())
+    entries = (index or RunIndex(sweep.runs_dir)).entries(info.get("trials") or [])
     rows = []
-    for run in sweep.trial_runs():
-        status, cfg = run.status(), run.config()
-        s = score(run, metric)
+    for run_id in info.get("trials") or []:
+        entry = entries.get(run_id)
+        if entry is None:
+            continue
+        status, cfg, m = true_status(dict(entry.raw_status)), entry.config, entry.metrics
+        best, last = (m.best_val_loss, m.last_val_loss) if metric == "val_loss" else (m.best_val_acc, m.last_val_acc)
         searched = (cfg.get("sweep") or {}).get("searched") or {}
         live = status.get("live") or {}
-        rows.append({"trial": trial_number(run.id), "run_id": run.id, "state": status.get("state"),
+        rows.append({"trial": trial_number(run_id), "run_id": run_id, "state": status.get("state"),
                      **{k: live.get(k, searched.get(k)) for k in keys},  # PBT changes lr/clip live
                      "epoch": status.get("epoch"), "epochs": live.get("epochs", cfg.get("train", {}).get("epochs")),
-                     f"best {metric}": s.best, f"last {metric}": s.last,
+                     f"best {metric}": best, f"last {metric}": last,
                      "note": status.get("message") if status.get("stopped_by") or status.get("state") in (
                          State.FAILED, State.DIVERGED, State.INTERRUPTED) else "",
-                     "last.pt": last_pt_label(run, status)})
+                     "last.pt": "kept" if entry.checkpoints[1] else "pruned" if last_pt_pruned(status) else "none"})
     columns = ["trial", "run_id", "state", *keys, "epoch", "epochs", f"best {metric}", f"last {metric}", "note",
                "last.pt"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def last_pt_label(run: Run, status: dict) -> str:
-    if run.last_ckpt.is_file():
-        return "kept"
-    return "pruned" if last_pt_pruned(status) else "none"
-
-
-def metric_curves(sweep: Sweep) -> dict[str, pd.DataFrame]:
-    """run id -> its validation rows (epoch, loss, accuracy), for the all-trials chart."""
-    out = {}
-    for run in sweep.trial_runs():
-        m = run.metrics()
-        out[run.id] = m[m["split"] == "val"][["epoch", "step", "loss", "accuracy"]]
-    return out
+def metric_curves(sweep: Sweep, index: RunIndex | None = None) -> dict[str, pd.DataFrame]:
+    """run id -> its validation rows (epoch, loss, accuracy), for the all-trials chart (through `index`)."""
+    trials = sweep.raw().get("trials") or []
+    entries = (index or RunIndex(sweep.runs_dir)).entries(trials)
+    return {rid: pd.DataFrame(list(entries[rid].metrics.val_points), columns=["epoch", "loss", "accuracy"])
+            for rid in trials if rid in entries}
 
 
 def counts(sweep: Sweep) -> dict[str, int]:
