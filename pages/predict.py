@@ -46,11 +46,14 @@ def checkpoint_labels() -> dict[str, str]:
     """path -> label for every saved checkpoint, best validation accuracy first (the default).
 
     Paths are the select box's values, so a choice survives its label changing (a score appearing)."""
+    choices = run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]
+    scores = my.scores([c.path for c in choices], data_dir)  # stored scores only: nothing is evaluated here
+
     def label(c) -> str:
         acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
-        return f"{short_id(c.run_id)} · {c.kind}{acc}{my.accuracy_label(c.path, data_dir)}"
+        return f"{short_id(c.run_id)} · {c.kind}{acc}{my.score_label(scores[c.path])}"
 
-    return {str(c.path): label(c) for c in run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]}
+    return {str(c.path): label(c) for c in choices}
 
 
 choices = checkpoint_labels()

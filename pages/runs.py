@@ -34,8 +34,8 @@ if table.empty:
     st.stop()
 
 shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100)
-scored = len(my.drawings(data_dir).drawings) >= MIN_FOR_ACCURACY  # below that, no checkpoint file is touched
-scores = [my.accuracy(Run(runs_dir / rid).best_ckpt, data_dir) if scored else None for rid in table["run_id"]]
+stored = my.scores([Run(runs_dir / rid).best_ckpt for rid in table["run_id"]], data_dir)  # read, never computed
+scores = list(stored.values())
 shown["my_drawings_acc"] = [100 * s[0] if s else None for s in scores]
 picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
                       column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "my_drawings_acc",

@@ -341,3 +341,15 @@ def texts(elements) -> list[str]:
 def no_exception(at, *context) -> None:
     """Fail with the page's exception messages (and `context`, e.g. the page) if the script raised."""
     assert not at.exception, (*context, texts(at.exception)) if context else texts(at.exception)
+
+
+def rerun_until(at, predicate, what: str, timeout: float = 60.0):
+    """Run an AppTest again until `predicate(at)` holds (work a page left to a background thread, such as
+    scoring checkpoints on the saved drawings, shows up on a later rerun)."""
+    deadline = time.monotonic() + timeout
+    while not predicate(at):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+        at.run()
+    return at

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from helpers import APP, copy_run, no_exception
+from helpers import APP, copy_run, no_exception, rerun_until
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig
@@ -89,9 +89,11 @@ def test_saved_drawings_are_listed_scored_and_deletable(dirs, finished, sample):
     run = copy_run(finished, runs_dir)
     saved = save_rendered(data_dir, sample, 12)
     at = predict_page()
-    picker = at.sidebar.selectbox(key="ckpt_choice")
     acc, n = checkpoint_accuracy(run.best_ckpt, data_dir)
-    assert picker.options[picker.index].endswith(f" · my drawings {100 * acc:.0f}% (12)"), picker.options
+    label = f" · my drawings {100 * acc:.0f}% (12)"
+    rerun_until(at, lambda a: (p := a.sidebar.selectbox(key="ckpt_choice")).options[p.index].endswith(label),
+                "the best.pt score")
+    picker = at.sidebar.selectbox(key="ckpt_choice")
     held = sum(d.held_out for d in saved)
     assert any(c.value.startswith(f"12 saved drawings for these classes ({held} held out for validation)")
                for c in at.caption)
@@ -103,8 +105,10 @@ def test_saved_drawings_are_listed_scored_and_deletable(dirs, finished, sample):
     no_exception(at)
     assert not saved[-1].meta_path.exists() and saved[0].meta_path.exists()
     assert any(c.value.startswith("11 saved drawings") for c in at.caption)
+    rerun_until(at, lambda a: (p := a.sidebar.selectbox(key="ckpt_choice")).options[p.index].endswith("(11)"),
+                "last.pt scored on the 11 drawings left")
     picker = at.sidebar.selectbox(key="ckpt_choice")
-    assert picker.value == str(run.last_ckpt) and picker.options[picker.index].endswith("(11)")
+    assert picker.value == str(run.last_ckpt)
 
 
 def test_a_damaged_drawing_file_is_a_warning_not_a_crash(dirs, finished, sample):

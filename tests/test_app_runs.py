@@ -6,7 +6,7 @@ import os
 import time
 
 import psutil
-from helpers import APP, copy_run, no_exception
+from helpers import APP, copy_run, no_exception, rerun_until
 from streamlit.testing.v1 import AppTest
 
 TIMEOUT = 90
@@ -115,7 +115,10 @@ def test_table_scores_each_run_on_my_drawings(dirs, finished, sample):
     no_exception(at)
     acc, n = checkpoint_accuracy(run.best_ckpt, data_dir)
     assert n == 19
+    rerun_until(at, lambda a: a.dataframe(key="runs_table").value["my_drawings_acc"].notna().all(),
+                "the background scorer")  # the page never evaluates; a thread stores the score, a rerun shows it
     assert at.dataframe(key="runs_table").value["my_drawings_acc"].tolist() == [100 * acc]
+    assert (run.checkpoint_dir / "best.pt.drawings.json").is_file()  # kept beside the checkpoint
 
 
 def test_report_of_a_run_fine_tuned_on_my_drawings(dirs, finished, sample):
