@@ -195,3 +195,16 @@ def test_a_real_run_saves_mid_epoch_when_the_interval_has_passed(run, monkeypatc
 
     assert run_training(run, data_dir=run.path.parent, printer=look) == "finished"
     assert seen == [(0, 4, 4), (1, 4, 12)]
+
+
+def test_best_by_val_accuracy_keeps_the_most_accurate_epoch(runs_dir):
+    run = make_run(runs_dir, base={**RUN, "best_by": "val_accuracy"})
+    rec, _ = recorder(run)
+    weights = {}
+    for epoch, (val_loss, val_acc) in enumerate(((2.0, 0.5), (1.5, 0.4), (1.8, 0.7)), start=1):
+        nudge(rec.model)
+        weights[epoch] = rec.model.fc.weight.detach().clone()
+        epoch_end(rec, epoch, val_loss, val_acc=val_acc, train_loss=2.0)
+    best = load_checkpoint(run.best_ckpt)
+    assert best.epoch == 3 and best.metrics["val_acc"] == pytest.approx(0.7)  # not epoch 2's lower loss
+    assert torch.equal(best.model_state["fc.weight"], weights[3])

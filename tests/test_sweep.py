@@ -27,6 +27,7 @@ from sweep_helpers import (
     wait_until,
 )
 
+from brnn_core.config import TrainConfig
 from brnn_core.runs.index import RunIndex
 from brnn_core.runs.rundir import Run
 from brnn_core.schedule import lr_at
@@ -69,6 +70,9 @@ def test_fifo_sweep_records_trials_as_runs_and_prunes_last_pt(runs_dir, data_dir
         lowest[run.id] = float(val["loss"].min())
     best = min(lowest, key=lowest.get)
     assert info["best"]["run_id"] == best and info["best"]["value"] == pytest.approx(lowest[best])
+    # the winner's settings as a config file `train --config` takes
+    best_cfg = TrainConfig.from_file(sweep.path / "best-config.json")
+    assert best_cfg.lr == Run(runs_dir / best).config()["train"]["lr"] and best_cfg.best_by == "val_loss"
     # disk: the best trial keeps last.pt, the two others were pruned and say so
     for run in trials.values():
         status = run.status()
@@ -152,6 +156,7 @@ def test_tpe_sweep_picks_each_trial_from_the_results_so_far(runs_dir, data_dir, 
     assert code == 0, out
     sweep = the_sweep(runs_dir)
     assert sweep.info()["plan"]["search_alg"] == "tpe"
+    assert all(r.config()["train"]["best_by"] == "val_loss" for r in sweep.trial_runs())
     lrs = [r.config()["train"]["lr"] for r in sweep.trial_runs()]
     assert len(lrs) == 3 and all(0.001 <= lr <= 0.03 for lr in lrs) and len(set(lrs)) == 3
     no_ray_left(watch)

@@ -262,3 +262,20 @@ def test_asha_options_reach_the_plan(tmp_path):
                                    grace_period=2, reduction_factor=3, time_budget_min=1.5),
                       tmp_path / "runs", tmp_path / "data")
     assert (plan.grace_period, plan.reduction_factor, plan.time_budget_s) == (2, 3, 90.0)
+
+
+def test_leaderboard_ranks_from_results_alone():
+    """The driver's ranking comes from Tune's results in memory: the same work at trial 200 as at trial 10."""
+    from brnn_core.sweep.records import Leaderboard
+
+    board = Leaderboard("val_loss")
+    assert board.best() is None
+    assert board.add("s-t00", 0.9, 1) and not board.add("s-t01", 1.2, 1)  # only a new best says so
+    assert board.add("s-t01", 0.5, 2)
+    assert not board.add("s-t00", 0.95, 2)  # worse than its own best: kept at 0.9
+    assert board.ranking() == ["s-t01", "s-t00"]
+    assert board.best() == {"run_id": "s-t01", "metric": "val_loss", "value": 0.5, "epoch": 2.0}
+    acc = Leaderboard("val_accuracy")
+    acc.add("s-t00", 0.9, 1)
+    acc.add("s-t01", 0.95, 1)
+    assert acc.ranking() == ["s-t01", "s-t00"]
