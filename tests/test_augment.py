@@ -225,8 +225,7 @@ def test_worker_run_with_strong_augmentation_reports_plain_test_accuracy(tmp_pat
     run = make_run(tmp_path / "runs", hidden_size=16, num_layers=1, epochs=1, augment="strong")
     assert run_training(run, data_dir=tmp_path / "data") == "finished"
     assert run.config()["augment"] == "strong"  # the level used is recorded in config.json
-    model = BiLSTM(ModelConfig(hidden_size=16, num_layers=1))
-    model.load_state_dict(load_checkpoint(run.best_ckpt).model_state)
+    model = load_checkpoint(run.best_ckpt).build_model()  # the run's architecture, input scale included
     test = evaluate(model, sample.test_x, sample.test_y)  # un-augmented test digits, evaluated here
     assert run.status()["test_acc"] == pytest.approx(test.accuracy, abs=1e-9)
     assert run.metrics().query("split == 'test'")["loss"].iloc[0] == pytest.approx(test.loss, rel=1e-5)
