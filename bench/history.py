@@ -16,6 +16,8 @@ times, in this process:
   predict stroke         what a stroke on the Predict page runs: its fragment (prepare the canvas,
                          Predictor.predict, the probabilities figure), median of 50
 
+`--drawings 200` saves that many drawings first (issue 17: with 1,000 runs and 200 drawings every page
+renders in <= 1 s and reruns in <= 0.2 s).
 `--source DIR` runs the pages of another checkout (e.g. `git archive main | tar -x -C DIR`) to
 compare before and after on the same folders. Targets (issue 12, 1,000 runs): every page rerun
 <= 0.2 s, the Runs page's first render <= 1 s, a stroke <= 0.1 s. Prints a table, writes JSON.
@@ -149,12 +151,25 @@ def time_stroke(runs_dir: Path) -> float:
     return median_time(stroke, 50)
 
 
+def save_drawings(data_dir: Path, n: int) -> None:
+    """n canvas drawings (a synthetic stroke digit, labels 0-9 in turn) as the user's saved drawings."""
+    from brnn_core.benchmarks.bench_predict import synthetic_canvas
+    from brnn_core.data.drawings import save_drawing
+
+    canvas = synthetic_canvas()
+    for k in range(n):
+        save_drawing(data_dir, canvas, k % 10, [str(d) for d in range(10)], now=1.7e9 + k)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="100,1000,5000", help="comma-separated run counts, increasing")
     parser.add_argument("--reruns", type=int, default=5)
     parser.add_argument("--source", type=Path, default=REPO, help="checkout whose brnn_core and pages are timed")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--drawings", type=int, default=0,
+                        help="save this many drawings first: every checkpoint then has a 'my drawings' score, "
+                             "computed once in the background and kept beside it; the pages only read it")
     args = parser.parse_args(argv)
     sizes = sorted(int(n) for n in args.runs.split(",") if n)
     sys.path.insert(0, str(args.source.resolve()))
@@ -167,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": str(args.source.resolve()),
                      "cpus": os.cpu_count(), "sizes": {}}
     try:
+        save_drawings(data_dir, args.drawings)
         template = build_template(root / "template-parent")
         grow(runs_dir, template, 3)
         for page in PAGES.values():  # import every module once: first renders below exclude imports
