@@ -38,8 +38,9 @@ SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
 
 # A run that never finishes by itself: 8 steps an epoch (so last.pt and best.pt are rewritten about
 # every 8 steps), a metrics row every step, a status rewrite every step.
+# Its lr is constant (the blog's recipe): a live lr change is the lr the next step uses, whatever the step.
 TINY = {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "batch_size": 512,
-        "log_interval": 1, "epochs": 1000, "eval_batch_size": 500}
+        "log_interval": 1, "epochs": 1000, "eval_batch_size": 500, "lr_schedule": "constant"}
 
 
 # ------------------------------------------------------------------ waiting

@@ -209,4 +209,4 @@ def test_init_from_another_architecture_fails_clearly(tmp_path, trained_ckpt):
     run, state = train_run(tmp_path / "runs", tmp_path / "data", hidden_size=16, epochs=1,
                            init_from=str(trained_ckpt))
     assert state == "failed"
-    assert "set hidden_size=32 num_layers=2 head=bidir to match it" in run.status()["message"]
+    assert "set hidden_size=32 num_layers=2 head=bidir input_scale=standard to match it" in run.status()["message"]

@@ -216,7 +216,7 @@ def worker_procs():
 def test_pause_set_resume_stop_a_real_worker(runs_dir, data_dir, worker_procs, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cfg = TrainConfig(dataset="mnist-sample", device="cpu", hidden_size=16, num_layers=1, epochs=200,
-                      log_interval=2, lr=0.01)
+                      log_interval=2, lr=0.01, lr_schedule="constant")  # a set lr is the lr of the next step
     run, proc = start_worker(runs_dir, cfg, data_dir=data_dir)
     worker_procs.append(proc)
     status = lambda: run.status()  # noqa: E731

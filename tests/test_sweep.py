@@ -163,20 +163,20 @@ def test_tpe_sweep_picks_each_trial_from_the_results_so_far(runs_dir, data_dir, 
 
 
 def test_time_budget_stops_trials_with_last_pt_and_resume_finishes_them(runs_dir, data_dir, tmp_path):
-    code, out, _ = run_sweep([*TINY, "--set", "epochs=12", "--search", "lr=grid:0.01,0.003", "--concurrency", "2",
-                              "--time-budget", "0.3"], runs_dir, data_dir, tmp_path / "sweep.log")
+    code, out, _ = run_sweep([*TINY, "--set", "epochs=40", "--search", "lr=grid:0.01,0.003", "--concurrency", "2",
+                              "--time-budget", "0.2"], runs_dir, data_dir, tmp_path / "sweep.log")
     assert code == 0, out
     sweep = the_sweep(runs_dir)
     assert sweep.info()["state"] == "stopped" and "time budget reached" in out, out
     stopped = [r for r in sweep.trial_runs() if r.status()["state"] == "stopped"]
     assert stopped, [r.status() for r in sweep.trial_runs()]
     for run in stopped:
-        assert run.last_ckpt.is_file() and "time budget of 0.3 min ran out" in run.status()["message"]
+        assert run.last_ckpt.is_file() and "time budget of 0.2 min ran out" in run.status()["message"]
     code, out, watch = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
     assert code == 0, out
     assert sweep.info()["state"] == "finished"
     for run in sweep.trial_runs():  # the stopped trials trained on from their last.pt to the end
-        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, 13))
+        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, 41))
         assert not run.metrics()[["step", "split"]].duplicated().any()
     no_ray_left(watch)
 

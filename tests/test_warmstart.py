@@ -89,7 +89,7 @@ def adam_moments(optimizer: torch.optim.Optimizer) -> torch.Tensor:
 
 def hidden_8(seed: int = 0, **kw) -> BiLSTM:
     torch.manual_seed(seed)
-    return BiLSTM(ModelConfig(**{"hidden_size": 8, "num_layers": 1, **kw}))
+    return BiLSTM(ModelConfig(**{"hidden_size": 8, "num_layers": 1, "input_scale": "standard", **kw}))  # as RUN
 
 
 # ------------------------------------------------------------------ begin_from: which start

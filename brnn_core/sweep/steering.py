@@ -147,14 +147,20 @@ class Asha(_Steered, AsyncHyperBandScheduler):
 class SweepStopper(Stopper):
     """Ends the experiment once a stop was asked for and no trial is still training."""
 
-    def __init__(self, control: SweepControl):
+    def __init__(self, control: SweepControl, callback: SweepCallback | None = None):
         self.control = control
+        self.callback = callback  # knows which trials Tune still runs: they must end by themselves first
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False
 
     def stop_all(self) -> bool:
-        return self.control.stop_requested() and not self.control.training()
+        """Once every trial that was running has ended by itself: a trial stopped with the sweep then ends as
+        unfinished to Tune (trial.TrialStopped), so `sweep --resume` trains it on; ending the experiment
+        earlier would record it as terminated."""
+        if not self.control.stop_requested() or self.control.training():
+            return False
+        return self.callback is None or not self.callback.running
 
 
 class SweepCallback(Callback):
@@ -163,12 +169,22 @@ class SweepCallback(Callback):
     def __init__(self, control: SweepControl, keep_best: int | None = 3, printer=print,
                  time_budget_s: float | None = None):
         self.control = control
+        self.time_budget_s = time_budget_s
         self.deadline = None if time_budget_s is None else time.time() + time_budget_s
         self.budget_min = None if time_budget_s is None else time_budget_s / 60.0
         self.keep_best = keep_best  # trials keeping last.pt besides the unfinished ones; None keeps every one
         self.printer = printer
         self.stop_sent = False
         self.board: Leaderboard | None = None  # made at the first result (the metric is in sweep.json)
+        self.running: set[str] = set()  # trial ids Tune started and has not seen end
+
+    def setup(self, **info):
+        """Tune calls this when the experiment starts, and again when `sweep --resume` restores it: the budget
+        counts from the first start, and a resumed sweep (which a budget may have stopped) runs to its end."""
+        resumed = bool(self.control.sweep.raw().get("resumed"))  # written by runner.resume_sweep before Tune restores
+        self.deadline = None if resumed or self.time_budget_s is None else time.time() + self.time_budget_s
+        self.stop_sent = False
+        self.running = set()
 
     def on_step_begin(self, iteration, trials, **info):
         if self.stop_sent:
@@ -190,6 +206,7 @@ class SweepCallback(Callback):
                      "end; no new trial starts")
 
     def on_trial_start(self, iteration, trials, trial, **info):
+        self.running.add(trial.trial_id)
         if self.control.stop_requested():
             return  # Tune may still hand a pending trial to an idle worker: the trial sees the stop and returns
         sweep = self.control.sweep
@@ -224,6 +241,7 @@ class SweepCallback(Callback):
         self._ended(trial, trial.error_file or "the trial's process died")
 
     def _ended(self, trial, error: str | None) -> None:
+        self.running.discard(trial.trial_id)
         run = self.control.run_of(trial.trial_id)
         if run.exists():
             status = run.status()
