@@ -354,3 +354,15 @@ def rerun_until(at, predicate, what: str, timeout: float = 60.0):
         time.sleep(0.2)
         at.run()
     return at
+
+
+def open_page(page: str, title: str, timeout: float = 90):
+    """An AppTest of the dashboard switched to `page` (e.g. "pages/runs.py"), run once, checked by its title."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=timeout)
+    at.run()
+    at.switch_page(page).run()
+    no_exception(at)
+    assert at.title[0].value == title
+    return at

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from helpers import APP, copy_run, no_exception, rerun_until
+from helpers import copy_run, no_exception, open_page, rerun_until
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig
@@ -15,12 +15,7 @@ TIMEOUT = 90
 
 
 def predict_page() -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    at.switch_page("pages/predict.py").run()
-    no_exception(at)
-    assert at.title[0].value == "Draw a digit"
-    return at
+    return open_page("pages/predict.py", "Draw a digit", TIMEOUT)
 
 
 def test_no_runs_asks_to_train_first(dirs):

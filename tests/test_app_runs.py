@@ -6,19 +6,14 @@ import os
 import time
 
 import psutil
-from helpers import APP, copy_run, no_exception, rerun_until
+from helpers import copy_run, no_exception, open_page, rerun_until
 from streamlit.testing.v1 import AppTest
 
 TIMEOUT = 90
 
 
 def runs_page() -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    at.switch_page("pages/runs.py").run()
-    no_exception(at)
-    assert at.title[0].value == "Runs"
-    return at
+    return open_page("pages/runs.py", "Runs", TIMEOUT)
 
 
 def test_no_runs(dirs):

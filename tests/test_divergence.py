@@ -62,7 +62,8 @@ def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
     run.send_command("set", field="lr", value=10.0)  # the user raises lr far too high and resumes
     assert run_training(run, data_dir=tmp_path / "data", resume=True) == "diverged"
     message = run.status()["message"]
-    assert "the training loss stayed above 23.0" in message and "(now 10)" in message
+    # either check may catch it first: the logged training loss or the epoch's validation loss, far above guessing
+    assert ("the training loss stayed above 23.0" in message or "is above 23.0" in message) and "(now 10)" in message
     assert "last.pt and best.pt hold the last good weights saved before it diverged" in message
     for path in (run.last_ckpt, run.best_ckpt):
         kept = load_checkpoint(path)

@@ -62,8 +62,9 @@ def test_nan_loss_ends_diverged_with_a_hint_and_a_loadable_last_pt(tmp_path, mon
     runs_dir = tmp_path / "runs"
     earlier = fake_finished_run(runs_dir)
     run = make_run(runs_dir, base=TINY, dataset="mnist", optimizer="sgd", lr=10.0, weight_decay=1.0, momentum=0.9,
-                   batch_size=100, log_interval=40, epochs=3, input_scale="unit")  # first log after the loss is NaN (step ~33);
-    # logged more often, the finite explosion before it ends the run first (tests/test_divergence.py)
+                   batch_size=100, log_interval=40, epochs=3, input_scale="unit")
+    # the blog's inputs, first log after the loss is NaN (step ~33); logged more often, the finite explosion
+    # before it ends the run first (tests/test_divergence.py)
     with torch_threads(1):
         state = run_training(run, data_dir=idx_data)
     status = run.status()
