@@ -147,9 +147,9 @@ class Asha(_Steered, AsyncHyperBandScheduler):
 class SweepStopper(Stopper):
     """Ends the experiment once a stop was asked for and no trial is still training."""
 
-    def __init__(self, control: SweepControl, callback: SweepCallback | None = None):
+    def __init__(self, control: SweepControl, running: set[str] | None = None):
         self.control = control
-        self.callback = callback  # knows which trials Tune still runs: they must end by themselves first
+        self.running = running if running is not None else set()  # trials Tune still runs (SweepCallback's)
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False
@@ -160,14 +160,14 @@ class SweepStopper(Stopper):
         earlier would record it as terminated."""
         if not self.control.stop_requested() or self.control.training():
             return False
-        return self.callback is None or not self.callback.running
+        return not self.running
 
 
 class SweepCallback(Callback):
     """Keeps sweep.json current, forwards Stop sweep to the trials, marks dead trials, prunes, prints."""
 
     def __init__(self, control: SweepControl, keep_best: int | None = 3, printer=print,
-                 time_budget_s: float | None = None):
+                 time_budget_s: float | None = None, running: set[str] | None = None):
         self.control = control
         self.time_budget_s = time_budget_s
         self.deadline = None if time_budget_s is None else time.time() + time_budget_s
@@ -176,7 +176,8 @@ class SweepCallback(Callback):
         self.printer = printer
         self.stop_sent = False
         self.board: Leaderboard | None = None  # made at the first result (the metric is in sweep.json)
-        self.running: set[str] = set()  # trial ids Tune started and has not seen end
+        self.running = running if running is not None else set()  # trial ids Tune started, not seen end (shared
+        # with the SweepStopper: one set object, no reference to this callback, which holds a printer)
 
     def setup(self, **info):
         """Tune calls this when the experiment starts, and again when `sweep --resume` restores it: the budget
@@ -184,7 +185,7 @@ class SweepCallback(Callback):
         resumed = bool(self.control.sweep.raw().get("resumed"))  # written by runner.resume_sweep before Tune restores
         self.deadline = None if resumed or self.time_budget_s is None else time.time() + self.time_budget_s
         self.stop_sent = False
-        self.running = set()
+        self.running.clear()
 
     def on_step_begin(self, iteration, trials, **info):
         if self.stop_sent:
