@@ -1,4 +1,4 @@
-"""Command line: `python -m brnn_core train | evaluate | predict | sweep | bench`.
+"""Command line: `python -m brnn_core train | evaluate | predict | teach | sweep | bench`.
 
 Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failure.
 """
