@@ -143,8 +143,9 @@ class Sweep:
             return None
         for line in read_complete_lines(self.control_path)[0]:
             with contextlib.suppress(ValueError):
-                if json.loads(line).get("cmd") == "stop":
-                    return json.loads(line).get("source")
+                command = json.loads(line)
+                if command.get("cmd") == "stop":
+                    return command.get("source")
         return None
 
     def clear_requests(self) -> None:

@@ -1,10 +1,10 @@
 """The control channel: how the dashboard (or the CLI) steers a training worker.
 
-The format lives here, both ends of it: a command is one JSON line appended to the run's
-`control.jsonl` (`{"id", "cmd", "time", ...}`, see `command_line`); the worker's `Controller`
-reads new lines between steps, applies them in file order and acknowledges each one in
-`events.jsonl` with the command's id, so a page can show "lr 0.01 -> 0.001 at step 812" for
-exactly the click that asked for it.
+A command is one JSON line appended to the run's `control.jsonl` (`{"id", "cmd", "time", ...}`, written by
+`runs.rundir.command_line` through `Run.send_command`; what a page makes of the answers: `runs.commands`); the
+worker's `Controller` reads new lines between steps, applies them in file order and acknowledges each one
+in `events.jsonl` with the command's id, so a page can show "lr 0.01 -> 0.001 at step 812" for exactly the
+click that asked for it.
 """
 
 from __future__ import annotations
