@@ -130,3 +130,27 @@ def test_stop_sweep_stops_a_running_sweep(tmp_path, monkeypatch):
     assert '"source": "dashboard"' in sweep.control_path.read_text()
     for run in sweep.trial_runs():
         assert run.status()["state"] == "stopped" and run.last_ckpt.is_file()
+
+
+def test_train_with_these_settings_fills_the_train_page(dirs):
+    """The best trial's best-config.json becomes the Train page's form, widgets included."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from sweep_page import SWEEP_ID, make_sweep
+
+    runs_dir, _ = dirs
+    make_sweep(runs_dir, 3)
+    (runs_dir / "sweeps" / SWEEP_ID / "best-config.json").write_text(json.dumps(
+        {"dataset": "mnist-sample", "lr": 0.0042, "hidden_size": 64, "epochs": 3, "lr_schedule": "constant"}))
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    at.switch_page("pages/sweep.py").run()
+    no_exception(at)
+    next(b for b in at.button if b.label == "Train with these settings").click().run()
+    no_exception(at)
+    assert at.title[0].value == "Train a bidirectional LSTM"  # the button went to the Train page
+    form = at.session_state["form"]
+    assert (form["lr"], form["hidden_size"], form["epochs"], form["lr_schedule"]) == (0.0042, 64, 3, "constant")
+    assert at.number_input(key="w_lr").value == 0.0042 and at.number_input(key="w_hidden_size").value == 64
