@@ -170,8 +170,7 @@ class SweepCallback(Callback):
                  time_budget_s: float | None = None, running: set[str] | None = None):
         self.control = control
         self.time_budget_s = time_budget_s
-        self.deadline = None if time_budget_s is None else time.time() + time_budget_s
-        self.budget_min = None if time_budget_s is None else time_budget_s / 60.0
+        self.deadline: float | None = None  # set when Tune starts the experiment (setup)
         self.keep_best = keep_best  # trials keeping last.pt besides the unfinished ones; None keeps every one
         self.printer = printer
         self.stop_sent = False
@@ -197,7 +196,7 @@ class SweepCallback(Callback):
             return
         self.stop_sent = True
         busy = self.control.training()
-        reason = {"source": "budget", "reason": f"the sweep's time budget of {self.budget_min:g} min ran out "
+        reason = {"source": "budget", "reason": f"the sweep's time budget of {self.time_budget_s / 60:g} min ran out "
                                                 "(last.pt kept: `sweep --resume` continues it)"} if budget else {}
         for run in busy:
             run.send_command("stop", **reason)
