@@ -17,6 +17,7 @@ from brnn_core.data.drawings import (
     DrawingError,
     delete_drawing,
     drawings_dir,
+    folder_signature,
     held_out_ordinals,
     save_drawing,
 )
@@ -32,6 +33,7 @@ ensure_navigation()
 MAX_UPLOAD_MB = 50
 PICKER_CHECKPOINTS = 200  # the best ones (by validation accuracy); hundreds of sweep trials would bury them
 runs_dir, data_dir = folders()
+signature = folder_signature(data_dir)  # the drawings folder's fingerprint, taken once per page run
 st.title("Draw a digit")
 show_flashes()
 
@@ -47,7 +49,7 @@ def checkpoint_labels() -> dict[str, str]:
 
     Paths are the select box's values, so a choice survives its label changing (a score appearing)."""
     choices = run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]
-    scores = my.scores([c.path for c in choices], data_dir)  # stored scores only: nothing is evaluated here
+    scores = my.scores([c.path for c in choices], data_dir, signature)  # stored scores only: nothing evaluated
 
     def label(c) -> str:
         acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
@@ -166,7 +168,7 @@ def draw_and_predict(predictor: Predictor) -> None:
 draw_and_predict(predictor)
 
 MAX_SHOWN = 64
-listing = my.drawings(data_dir)
+listing = my.drawings(data_dir, signature)
 for warning in listing.warnings:
     st.warning(f"My drawings: {warning}")
 mine = [(d, img) for d, img in zip(listing.drawings, listing.images, strict=True)

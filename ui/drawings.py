@@ -67,10 +67,11 @@ def scorer() -> Scorer:
     return Scorer()
 
 
-def scores(paths: list[Path], data_dir: Path) -> dict[Path, tuple[float, int] | None]:
+def scores(paths: list[Path], data_dir: Path, signature: str | None = None) -> dict[Path, tuple[float, int] | None]:
     """(accuracy, n) per checkpoint as stored, None while unknown (then it is being computed) or below the
-    threshold. Reads one small file per checkpoint; never evaluates one."""
-    signature = folder_signature(data_dir)
+    threshold. Reads one small file per checkpoint; never evaluates one. `signature`: the drawings folder's
+    fingerprint when the page already took it."""
+    signature = signature or folder_signature(data_dir)
     if len(drawings(data_dir, signature).drawings) < MIN_FOR_ACCURACY:  # of any class set: no file is read
         return dict.fromkeys(paths)
     out = {}
