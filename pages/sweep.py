@@ -13,7 +13,7 @@ from brnn_core.fileio import read_json
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep import charts as sweep_charts
-from brnn_core.sweep.launch import start_sweep
+from brnn_core.sweep.launch import continue_sweep, resumable, start_sweep
 from brnn_core.sweep.plan import (
     CONNECT_TIMEOUT_S,
     DEFAULT_GPU_SHARE,
@@ -27,6 +27,7 @@ from brnn_core.sweep.plan import (
 from brnn_core.sweep.records import (
     BEST_CONFIG,
     METRICS,
+    RESUMABLE,
     Sweep,
     list_sweeps,
     metric_curves,
@@ -137,6 +138,12 @@ with left:
                                    "results so far (fifo or asha; no grid specs)")
     interval = c2.number_input("PBT: epochs between exploits", min_value=1, value=1, step=1, key="sw_interval",
                                disabled=scheduler != "pbt")
+    grace = c1.number_input("ASHA: grace period (epochs)", min_value=1, value=1, step=1, key="sw_grace",
+                            disabled=scheduler != "asha", help="epochs every trial trains before ASHA may stop it")
+    reduction = c2.number_input("ASHA: reduction factor", min_value=2, value=2, step=1, key="sw_reduction",
+                                disabled=scheduler != "asha", help="only the best 1/N of the trials at each rung go on")
+    budget = st.number_input("Time budget (minutes, 0 = none)", min_value=0.0, value=0.0, step=5.0, key="sw_budget",
+                             help="then the trials still training save last.pt and stop; **Continue sweep** goes on")
     with st.expander("Resources"):
         default("sw_gpus", DEFAULT_GPU_SHARE if torch.cuda.is_available() else 0.0)
         concurrency = st.number_input("Trials at once (0 = what this machine holds)", min_value=0, value=0, step=1,
@@ -158,7 +165,10 @@ with left:
                            perturbation_interval=int(interval) if scheduler == "pbt" else None,
                            concurrency=int(concurrency) or None, cpus_per_trial=float(cpus),
                            gpus_per_trial=float(gpus), address=address.strip() or None, name=name.strip() or None,
-                           keep_best=int(keep_best), keep_all=bool(keep_all), search_alg=search_alg)
+                           keep_best=int(keep_best), keep_all=bool(keep_all), search_alg=search_alg,
+                           grace_period=int(grace) if scheduler == "asha" else 1,
+                           reduction_factor=int(reduction) if scheduler == "asha" else 2,
+                           time_budget_min=float(budget) or None)
     plan_note = None
     if not errors:
         plan_note, problem = plan_check(request, str(runs_dir), str(data_dir))
@@ -238,6 +248,15 @@ def on_stop(sweep_path: str) -> None:
     flash("info", "Stopping the sweep: every trial saves last.pt, then ends…")
 
 
+def on_continue(sweep_path: str) -> None:
+    try:
+        continue_sweep(registry(), Sweep(sweep_path))
+    except (SweepError, RunError, OSError) as exc:
+        flash("error", f"Not continued: {exc}")
+        return
+    flash("info", "Continuing the sweep: stopped trials go on from their last.pt, finished ones stay as they are…")
+
+
 def open_in_predict(path: str) -> None:
     st.session_state["predict_checkpoint"] = path  # read by pages/predict.py
     st.session_state["_to_predict"] = True  # switch_page is not allowed in a callback: the script does it
@@ -268,9 +287,16 @@ with right:
     best = info.get("best")
     best_pt = Run(runs_dir / best["run_id"]).best_ckpt if best else None
     best_config = sweep.path / BEST_CONFIG
+    driver = registry().process(sweep.id)  # a driver this server started and that still runs (e.g. continuing)
     b1, b2, b3 = st.columns(3)
-    b1.button("Stop sweep", disabled=state != State.RUNNING, use_container_width=True, on_click=on_stop,
-              args=(str(sweep.path),), help="Every trial saves its last.pt and ends; no new trial starts.")
+    if state in RESUMABLE and sweep.exists():
+        b1.button("Continue sweep", disabled=driver is not None or not resumable(sweep), use_container_width=True,
+                  on_click=on_continue, args=(str(sweep.path),),
+                  help=f"`python -m brnn_core sweep --resume {sweep.id}`: stopped and interrupted trials go on from "
+                       "their last.pt, trials not started yet start, finished ones stay as they are.")
+    else:
+        b1.button("Stop sweep", disabled=state != State.RUNNING, use_container_width=True, on_click=on_stop,
+                  args=(str(sweep.path),), help="Every trial saves its last.pt and ends; no new trial starts.")
     b2.button("Open best in Predict", disabled=not (best_pt and best_pt.is_file()), use_container_width=True,
               on_click=open_in_predict, args=(str(best_pt),), help="The best trial's best.pt on the Predict page.")
     b3.button("Train with these settings", disabled=not best_config.is_file(), use_container_width=True,
@@ -284,5 +310,7 @@ with right:
     if best:
         st.markdown(f"**Best:** trial {trial_number(best['run_id'])} · {best['metric']} {best['value']:.4f} at epoch "
                     f"{best['epoch']:g} (`{best['run_id']}`)")
-    st.fragment(run_every=LIVE_REFRESH_S if state in (None, State.RUNNING) else None)(live_panel)(str(sweep.path),
-                                                                                             state)
+    if driver is not None and state in RESUMABLE:
+        st.info("Continuing: Ray starts, then the trials go on…", icon=":material/hourglass_top:")
+    live = state in (None, State.RUNNING) or driver is not None
+    st.fragment(run_every=LIVE_REFRESH_S if live else None)(live_panel)(str(sweep.path), state)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import psutil
 import pytest
 from helpers import APP, no_exception, wait_for
 from streamlit.testing.v1 import AppTest
@@ -70,6 +71,17 @@ def test_bad_specs_and_plans_are_shown_inline(tmp_path, monkeypatch):
     assert not at.error and not start_button(at).disabled
     assert any("8 trial(s) of lr grid:0.01,0.001, hidden_size choice:32,64,128; scheduler asha" in c.value
                for c in at.caption), [c.value for c in at.caption]
+    # ASHA's options and the budget: checked as the CLI checks them, shown in the plan's line
+    at.number_input(key="sw_grace").set_value(2).run()  # the base trains 2 epochs: nothing left to stop at
+    assert any("--grace-period 2: between 1 and epochs - 1 (1)" in e.value for e in at.error), \
+        [e.value for e in at.error]
+    assert start_button(at).disabled
+    at.number_input(key="sw_epochs").set_value(6).run()
+    at.number_input(key="sw_reduction").set_value(3).run()
+    at.number_input(key="sw_budget").set_value(30.0).run()
+    assert not at.error and not start_button(at).disabled
+    assert any("scheduler asha (grace period 2, reduction factor 3) on val_loss; time budget 30 min" in c.value
+               for c in at.caption), [c.value for c in at.caption]
     if not torch.cuda.is_available():
         at.number_input(key="sw_gpus").set_value(0.5).run()
         assert any("no CUDA GPU" in e.value for e in at.error)
@@ -130,6 +142,18 @@ def test_stop_sweep_stops_a_running_sweep(tmp_path, monkeypatch):
     assert '"source": "dashboard"' in sweep.control_path.read_text()
     for run in sweep.trial_runs():
         assert run.status()["state"] == "stopped" and run.last_ckpt.is_file()
+    # Continue sweep: `sweep --resume` in the background; the stopped trials train on to their end
+    at.run()
+    buttons = {b.label: b.disabled for b in at.button}
+    assert "Stop sweep" not in buttons and buttons["Continue sweep"] is False, buttons
+    next(b for b in at.button if b.label == "Continue sweep").click().run()
+    no_exception(at)
+    assert any("Continuing" in i.value for i in at.info), [i.value for i in at.info]
+    assert next(b for b in at.button if b.label == "Continue sweep").disabled  # one driver at a time
+    wait_for(lambda: sweep.info()["state"] == "finished", 600, f"the continued sweep:\n{tail(sweep.log_path)}")
+    psutil.Process(sweep.info()["pid"]).wait(timeout=120)  # the continuing driver ends with its sweep
+    for run in sweep.trial_runs():
+        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, 9))
 
 
 def test_train_with_these_settings_fills_the_train_page(dirs):

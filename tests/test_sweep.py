@@ -174,9 +174,17 @@ def test_time_budget_stops_trials_with_last_pt_and_resume_finishes_them(runs_dir
     assert stopped, [r.status() for r in sweep.trial_runs()]
     for run in stopped:
         assert run.last_ckpt.is_file() and "time budget of 0.2 min ran out" in run.status()["message"]
+    # a budget of its own for the continued part: it stops again, with that budget named
+    code, out, _ = run_sweep(["--resume", sweep.id, "--time-budget", "0.1"], runs_dir, data_dir,
+                             tmp_path / "resume-budget.log")
+    assert code == 0, out
+    assert sweep.info()["state"] == "stopped" and sweep.info()["resume_budget_s"] == pytest.approx(6.0), out
+    again = [r for r in sweep.trial_runs() if r.status()["state"] == "stopped"]
+    assert again and all("time budget of 0.1 min ran out" in r.status()["message"] for r in again), \
+        [r.status() for r in sweep.trial_runs()]
     code, out, watch = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
     assert code == 0, out
-    assert sweep.info()["state"] == "finished"
+    assert sweep.info()["state"] == "finished" and sweep.info()["resume_budget_s"] is None
     for run in sweep.trial_runs():  # the stopped trials trained on from their last.pt to the end
         assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, 41))
         assert not run.metrics()[["step", "split"]].duplicated().any()

@@ -172,6 +172,12 @@ def test_resume_refuses_what_only_a_new_sweep_can_change(tmp_path, capsys):
     assert code == 2 and "--trials, --scheduler, --keep-all-checkpoints" in err and "sweep.json" in err, err
 
 
+def test_resume_takes_a_time_budget_of_its_own_but_not_a_bad_one(tmp_path, capsys):
+    code = main(["sweep", "--runs-dir", str(tmp_path / "runs"), "--resume", "s1", "--time-budget", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--time-budget 0: minutes above 0" in err, err
+
+
 def test_every_searched_dataset_is_checked_before_ray(tmp_path):
     """A searched dataset is made ready (or refused offline) once, up front: not raced for by every trial."""
     assert plan(tmp_path, "lr=grid:0.1,0.01").datasets() == ["mnist-sample"]

@@ -32,7 +32,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     help="asha: only the best 1/N of the trials at each rung go on (default 2; Ray's own is 4)")
     sw.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                     help="stop the sweep after this long: running trials save last.pt and end with the reason, no "
-                         "new trial starts; `--resume` continues it")
+                         "new trial starts; `--resume` continues it (with --resume: a budget for the continued part)")
     sw.add_argument("--perturbation-interval", type=int, default=None, metavar="EPOCHS",
                     help="pbt: epochs between exploit/explore steps (default 1)")
     sw.add_argument("--concurrency", type=int, default=None, help="trials at once (default: what the machine holds)")
@@ -75,12 +75,12 @@ def cmd_sweep(args) -> int:
                    "--address": args.address, "--name": args.name, "--keep-best": args.keep_best != DEFAULT_KEEP_BEST,
                    "--keep-all-checkpoints": args.keep_all_checkpoints,
                    "--search-alg": args.search_alg != "random", "--grace-period": args.grace_period != 1,
-                   "--reduction-factor": args.reduction_factor != 2, "--time-budget": args.time_budget}
+                   "--reduction-factor": args.reduction_factor != 2}
         given = [flag for flag, value in planned.items() if value]
         if given:
             raise SweepError(f"--resume continues a sweep as it was planned (its sweep.json): drop "
-                             f"{', '.join(given)}")
-        return resume_sweep(args.resume, runs_dir, printer)
+                             f"{', '.join(given)} (only --time-budget may be given: the continued part's own)")
+        return resume_sweep(args.resume, runs_dir, printer, time_budget_min=args.time_budget)
     request = request_from(args)
     plan = plan_sweep(request, runs_dir, data_dir)
     for dataset in plan.datasets():  # a missing download fails here, before Ray starts (and once, not per trial)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from brnn_core.runs.jobs import JobRegistry
 from brnn_core.sweep.plan import SweepRequest, plan_sweep
-from brnn_core.sweep.records import Sweep, active_sweeps, sweeps_dir
+from brnn_core.sweep.records import RESUMABLE, Sweep, active_sweeps, sweeps_dir
+from brnn_core.sweep.space import SweepError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,18 +36,23 @@ def request_args(request: SweepRequest) -> list[str]:
     return args + (["--keep-all-checkpoints"] if request.keep_all else [])
 
 
+def spawn_driver(sweep: Sweep, args: list[str]) -> subprocess.Popen:
+    """`python -m brnn_core sweep ARGS` in its own session, its output appended to the sweep's driver.log."""
+    cmd = [sys.executable, "-m", "brnn_core", "sweep", *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "BRNN_PROGRESS": "plain"}
+    with open(sweep.log_path, "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=str(REPO), start_new_session=True)
+
+
 def spawn_sweep(runs_dir: Path, data_dir: Path, request: SweepRequest) -> tuple[str, subprocess.Popen]:
     """Check the request, then start its driver; returns (sweep id, process) at once."""
     plan = plan_sweep(request, runs_dir, data_dir)
     folder = sweeps_dir(runs_dir) / plan.sweep_id
     folder.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(Path(runs_dir).resolve()),
-           "--data-dir", str(Path(data_dir).resolve()), *request_args(request), "--sweep-id", plan.sweep_id]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "BRNN_PROGRESS": "plain"}
-    with open(Sweep(folder).log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=str(REPO), start_new_session=True)
-    return plan.sweep_id, proc
+    args = ["--runs-dir", str(Path(runs_dir).resolve()), "--data-dir", str(Path(data_dir).resolve()),
+            *request_args(request), "--sweep-id", plan.sweep_id]
+    return plan.sweep_id, spawn_driver(Sweep(folder), args)
 
 
 def sweep_busy(runs_dir: Path) -> str | None:
@@ -58,3 +64,17 @@ def sweep_busy(runs_dir: Path) -> str | None:
 def start_sweep(registry: JobRegistry, runs_dir: Path, data_dir: Path, request: SweepRequest) -> str:
     """Start a sweep through the one job registry (not while a run or another sweep trains); its id."""
     return registry.launch(runs_dir, "sweep", "starting a sweep", lambda: spawn_sweep(runs_dir, data_dir, request))
+
+
+def resumable(sweep: Sweep) -> bool:
+    """What `sweep --resume` accepts: a stopped, interrupted or failed sweep whose Tune experiment was saved."""
+    return sweep.info().get("state") in RESUMABLE and (sweep.tune_dir / "tuner.pkl").is_file()
+
+
+def continue_sweep(registry: JobRegistry, sweep: Sweep) -> str:
+    """Continue Sweep: `sweep --resume ID` in the background, through the one job registry; the sweep's id."""
+    if not resumable(sweep):
+        raise SweepError(f"sweep {sweep.id} is {sweep.info().get('state')}: nothing to continue")
+    runs_dir = sweep.runs_dir
+    args = ["--runs-dir", str(Path(runs_dir).resolve()), "--resume", sweep.id]
+    return registry.launch(runs_dir, "sweep", "continuing a sweep", lambda: (sweep.id, spawn_driver(sweep, args)))

@@ -273,6 +273,10 @@ def describe(plan: SweepPlan, *, with_id: bool = True) -> str:
     space = ", ".join(f"{s.key} {s.text}" for s in plan.specs)
     where = f"cluster {plan.address}" if plan.address else "this machine (embedded Ray on 127.0.0.1)"
     gpu = f", {plan.gpus_per_trial:g} GPU" if plan.gpus_per_trial else ""
+    asha = f" (grace period {plan.grace_period}, reduction factor {plan.reduction_factor})" \
+        if plan.scheduler == "asha" else ""
+    search = f"; search {plan.search_alg}" if plan.search_alg != "random" else ""
+    budget = f"; time budget {plan.time_budget_s / 60:g} min" if plan.time_budget_s else ""
     return (f"{f'sweep {plan.sweep_id}: ' if with_id else ''}{plan.trials} trial(s) of {space}; scheduler "
-            f"{plan.scheduler} on {plan.metric}; {plan.concurrency} at a time, {plan.cpus_per_trial:g} CPU{gpu} each; "
-            f"{where}")
+            f"{plan.scheduler}{asha} on {plan.metric}{search}{budget}; {plan.concurrency} at a time, "
+            f"{plan.cpus_per_trial:g} CPU{gpu} each; {where}")

@@ -39,6 +39,7 @@ FORMAT_VERSION = 1
 # metric name -> (metrics.csv column of the val rows, Tune mode)
 METRICS = {"val_loss": ("loss", "min"), "val_accuracy": ("accuracy", "max")}
 SWEEP_ONLY = ("cpu_threads",)  # set by the sweep's resources, not a setting of the winner
+RESUMABLE = (State.STOPPED, State.INTERRUPTED, State.FAILED)  # sweep states `sweep --resume` continues
 SCHEDULER_STOPS = ("asha",)  # a trial a scheduler stopped early has ended for good; other stops can be resumed
 
 

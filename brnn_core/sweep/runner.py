@@ -38,6 +38,7 @@ from brnn_core.sweep.disk import prune_sweep, prune_tune_checkpoints
 from brnn_core.sweep.plan import SweepPlan, SweepRequest, cluster_address, describe, fit_cluster, local_gpus
 from brnn_core.sweep.records import (
     FORMAT_VERSION,
+    RESUMABLE,
     Sweep,
     best_trial,
     counts,
@@ -236,15 +237,18 @@ def release_waiting(sweep: Sweep) -> None:
                              message="the sweep ended while it waited for the scheduler; resumable from last.pt")
 
 
-def resume_sweep(sweep_id: str, runs_dir: Path, printer=print) -> int:
-    """`sweep --resume`: continue an interrupted sweep where Tune's experiment state left it."""
+def resume_sweep(sweep_id: str, runs_dir: Path, printer=print, time_budget_min: float | None = None) -> int:
+    """`sweep --resume`: continue an interrupted or stopped sweep where Tune's experiment state left it, with a
+    time budget of its own when given (the first start's budget is spent: it counted from that start)."""
+    if time_budget_min is not None and time_budget_min <= 0:
+        raise SweepError(f"--time-budget {time_budget_min:g}: minutes above 0")
     sweep = resolve_sweep(runs_dir, sweep_id)
     info = sweep.info()
     state = info.get("state")
     if state == State.RUNNING:
         raise SweepError(f"sweep {sweep_id} is still running (driver pid {info.get('pid')}); stop it first")
     interrupted = [r for r in sweep.trial_runs() if r.status().get("state") == State.INTERRUPTED]
-    if state not in (State.INTERRUPTED, State.FAILED, State.STOPPED) and not interrupted:
+    if state not in RESUMABLE and not interrupted:
         raise SweepError(f"sweep {sweep_id} {state}: nothing to resume. Its trials are ordinary runs: continue one "
                          "with `python -m brnn_core train --resume RUN`")
     if not (sweep.tune_dir / "tuner.pkl").is_file():
@@ -258,8 +262,10 @@ def resume_sweep(sweep_id: str, runs_dir: Path, printer=print) -> int:
         sweep.clear_requests()
         sweep.write(state=State.RUNNING, message="resuming", pid=os.getpid(),
                     pid_started=psutil.Process().create_time(), ended=None,
-                    resumed=[*(info.get("resumed") or []), time.time()])
-        sweep.log_event("resume", f"resumed ({len(interrupted)} interrupted trial(s))")
+                    resumed=[*(info.get("resumed") or []), time.time()],
+                    resume_budget_s=None if time_budget_min is None else 60.0 * time_budget_min)
+        budget = "" if time_budget_min is None else f", time budget {time_budget_min:g} min"
+        sweep.log_event("resume", f"resumed ({len(interrupted)} interrupted trial(s){budget})")
         printer(f"resuming {describe(plan)}")
         from brnn_core.sweep.tuning import build_tuner  # lazy: imports ray, only once prepare_env has run
 

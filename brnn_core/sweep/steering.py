@@ -179,10 +179,13 @@ class SweepCallback(Callback):
         # with the SweepStopper: one set object, no reference to this callback, which holds a printer)
 
     def setup(self, **info):
-        """Tune calls this when the experiment starts, and again when `sweep --resume` restores it: the budget
-        counts from the first start, and a resumed sweep (which a budget may have stopped) runs to its end."""
-        resumed = bool(self.control.sweep.raw().get("resumed"))  # written by runner.resume_sweep before Tune restores
-        self.deadline = None if resumed or self.time_budget_s is None else time.time() + self.time_budget_s
+        """Tune calls this when the experiment starts, and again when `sweep --resume` restores it (this object
+        unpickled with the first start's budget, which counted from that start): a resumed sweep has the budget
+        given with --resume, if any, else runs to its end."""
+        raw = self.control.sweep.raw()  # `resumed` and `resume_budget_s`: runner.resume_sweep, before Tune restores
+        if raw.get("resumed"):
+            self.time_budget_s = raw.get("resume_budget_s")
+        self.deadline = None if self.time_budget_s is None else time.time() + self.time_budget_s
         self.stop_sent = False
         self.running.clear()
 
