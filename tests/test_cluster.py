@@ -63,10 +63,15 @@ started {out}/head.log || {{ echo "head did not start"; exit 90; }}
 """
 
 NODE = """
-setsid {wrap} {ray} start --block --address=127.0.0.1:{port} --num-cpus=2 > {out}/node.log 2>&1 &
+setsid {wrap} {ray} start --block --address=127.0.0.1:{port} --num-cpus={cpus} > {out}/{log}.log 2>&1 &
 groups="$groups $!"
-started {out}/node.log || {{ echo "node did not start"; exit 91; }}
+started {out}/{log}.log || {{ echo "node did not start"; exit 91; }}
 """
+
+def node(port: int, out: Path, *, wrap: str = "", cpus: int = 2, log: str = "node") -> str:
+    """A second node joining the head at 127.0.0.1:port (`wrap`: a command it runs under, e.g. PRIVATE_RUNS)."""
+    return NODE.format(wrap=wrap, ray=RAY, port=port, out=out, cpus=cpus, log=log)
+
 
 PRIVATE_RUNS = "unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs {runs} && exec \"$0\" \"$@\"'"
 
@@ -119,17 +124,17 @@ def only_sweep(runs: Path) -> dict:
 def test_a_second_node_that_shares_the_runs_folder_trains_every_trial(cluster):
     out, runs, data = cluster
     port = free_port()
-    script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out) + NODE.format(wrap="", ray=RAY, port=port, out=out)
+    script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out) + node(port, out)
               + driver("shared", runs, data, out, ["--search", "lr=grid:0.01,0.003", "--address", f"127.0.0.1:{port}"]))
     run_in_namespace(script, out)
     code, log, left = result(out, "shared")
     assert code == 0, log[-3000:]
     assert "cluster check: 1 node(s)" in log and left == ""
     info = only_sweep(runs)
-    (node,) = info["nodes"]  # the head has no CPUs: the second node is the only one that can train
+    (checked,) = info["nodes"]  # the head has no CPUs: the second node is the only one that can train
     trials = [json.loads((runs / rid / "status.json").read_text()) for rid in info["trials"]]
     assert len(trials) == 2 and all(t["state"] == "finished" for t in trials), trials
-    assert {t["ray_node"] for t in trials} == {node["node"]}  # every trial ran on the second node
+    assert {t["ray_node"] for t in trials} == {checked["node"]}  # every trial ran on the second node
 
 
 @needs_namespaces
@@ -137,7 +142,7 @@ def test_a_node_that_does_not_see_the_runs_folder_stops_the_sweep_before_any_tri
     out, runs, data = cluster
     port = free_port()
     wrap = PRIVATE_RUNS.format(runs=runs)
-    script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out) + NODE.format(wrap=wrap, ray=RAY, port=port, out=out)
+    script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out) + node(port, out, wrap=wrap)
               + driver("private", runs, data, out, ["--search", "lr=grid:0.01,0.003", "--address",
                                                     f"127.0.0.1:{port}"]))
     run_in_namespace(script, out)
@@ -148,6 +153,42 @@ def test_a_node_that_does_not_see_the_runs_folder_stops_the_sweep_before_any_tri
     assert not [p for p in runs.iterdir() if p.name != "sweeps"]  # no run directory was created
     assert not list(runs.glob(".brnn-cluster-check-*")) and not list(data.glob(".brnn-cluster-check-*"))
     assert left == ""  # the driver is gone, and nothing of it runs on
+
+
+LATE_NODE = """
+({py} -m brnn_core sweep --runs-dir {runs} --data-dir {data} {args} > {out}/late.log 2>&1; echo $? > {out}/late.rc) &
+driver=$!
+for i in $(seq 1 1200); do grep -qs ",val," {runs}/*-t00/metrics.csv && break; sleep 0.5; done
+{node}
+wait $driver
+ps -eo pid,args | grep "brnn_core sweep" | grep -v grep > {out}/late.left || true
+"""
+
+
+@needs_namespaces
+def test_a_node_that_joins_after_the_check_and_cannot_see_the_runs_folder_fails_its_trial(cluster):
+    """The check passed with one shared 1-CPU node; the second trial waits for room, and a node without the
+    runs folder joins: that trial ends `failed` with the advice, recorded on this machine, and writes nowhere."""
+    out, runs, data = cluster
+    port = free_port()
+    args = " ".join([*SWEEP, "--set", "epochs=40", "--search", "lr=grid:0.01,0.003", "--concurrency", "2",
+                     "--address", f"127.0.0.1:{port}"])
+    late = node(port, out, wrap=PRIVATE_RUNS.format(runs=runs), log="late-node")
+    script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out)
+              + node(port, out, cpus=1)
+              + LATE_NODE.format(py=sys.executable, runs=runs, data=data, args=args, out=out, node=late))
+    run_in_namespace(script, out)
+    code, log, left = result(out, "late")
+    assert "cluster check: 1 node(s)" in log, log[-3000:]
+    info = only_sweep(runs)
+    status = {rid: json.loads((runs / rid / "status.json").read_text()) for rid in info["trials"]}
+    first, second = (status[rid] for rid in sorted(status))
+    assert first["state"] == "finished", first
+    assert second["state"] == "failed", second
+    assert "does not see the sweep folder" in second["message"] and "NFS" in second["message"], second
+    assert "ray_node" not in second  # it never trained: the driver wrote its record
+    assert "t01 failed: node" in log and "Traceback" not in log, log[-3000:]
+    assert code == 0 and left == "", log[-3000:]
 
 
 @needs_namespaces

@@ -291,3 +291,41 @@ def test_pause_resume_and_stop_a_trial_like_any_run(runs_dir, data_dir, tmp_path
     assert stopped["state"] == "stopped" and not stopped.get("stopped_by") and runs["t01"].last_ckpt.is_file()
     assert t02.status()["state"] == "finished"
     assert the_sweep(runs_dir).info()["state"] == "finished"
+
+
+TUNE_ERROR = """Failure # 1 (occurred at 2026-12-01_20-36-48)
+\x1b[36mray::ImplicitFunc.train()\x1b[39m (pid=561, ip=127.0.0.1, actor_id=edc1, repr=train_trial)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/work/main/brnn_core/sweep/cluster.py", line 108, in require_shared
+    raise SweepError(f"node {socket.gethostname()} does not see the sweep folder {sweep_dir}: its records would "
+brnn_core.sweep.space.SweepError: node worker3 does not see the sweep folder /srv/runs/sweeps/s1: its records \
+would stay on that machine. Fix: use NFS
+"""
+
+
+def test_a_trial_that_failed_before_making_its_run_is_recorded_failed_by_the_driver(runs_dir, data_dir, tmp_path):
+    """What the driver does for a trial on a node without the shared runs folder (the namespace test in
+    test_cluster.py runs that for real): its own run directory here, `failed`, the exception's message."""
+    from types import SimpleNamespace
+
+    from brnn_core.sweep.records import Sweep, sweeps_dir
+    from brnn_core.sweep.steering import error_line, record_lost_trial
+
+    error = tmp_path / "error.txt"
+    error.write_text(TUNE_ERROR)
+    said = ("node worker3 does not see the sweep folder /srv/runs/sweeps/s1: its records would stay on that "
+            "machine. Fix: use NFS")
+    assert error_line(str(error)) == said
+    assert error_line(str(tmp_path / "gone.txt")) == str(tmp_path / "gone.txt")  # unreadable: the path itself
+    folder = sweeps_dir(runs_dir) / "20261201-203621-sweep-e8ce"
+    folder.mkdir(parents=True)
+    sweep = Sweep(folder)
+    sweep.write(id=sweep.id, base=TrainConfig(epochs=3, hidden_size=8).to_dict(), search={"lr": {}},
+                scheduler="asha", metric="val_accuracy", data_dir=str(data_dir))
+    record_lost_trial(sweep, SimpleNamespace(trial_id="e1b8f_00005", config={"lr": 0.003}), str(error))
+    run = Run(runs_dir / f"{sweep.id}-t05")
+    status, config = run.status(), run.config()
+    assert (status["state"], status["message"]) == ("failed", said)
+    assert config["train"]["lr"] == 0.003 and config["train"]["hidden_size"] == 8
+    assert config["sweep_id"] == sweep.id and config["sweep"]["trial"] == 5 and config["sweep"]["metric"] == \
+        "val_accuracy"

@@ -281,6 +281,9 @@ def test_leaderboard_ranks_from_results_alone():
     assert not board.add("s-t00", 0.95, 2)  # worse than its own best: kept at 0.9
     assert board.ranking() == ["s-t01", "s-t00"]
     assert board.best() == {"run_id": "s-t01", "metric": "val_loss", "value": 0.5, "epoch": 2.0}
+    assert not board.add("s-t00", 0.7, 3)  # its own best improves, the sweep's does not
+    assert board.add("s-t01", 0.4, 3) and board.best()["value"] == 0.4  # the leader improving is a new best
+    assert board.scores["s-t00"] == (0.7, 3.0)
     acc = Leaderboard("val_accuracy")
     acc.add("s-t00", 0.9, 1)
     acc.add("s-t01", 0.95, 1)

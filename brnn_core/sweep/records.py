@@ -31,7 +31,17 @@ import pandas as pd
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import append_line, atomic_write_json, read_complete_lines, read_json
 from brnn_core.runs.index import RunIndex
-from brnn_core.runs.rundir import Run, RunError, last_pt_pruned, now_iso, true_status, validate_run_id, worker_alive
+from brnn_core.runs.rundir import (
+    Run,
+    RunError,
+    create_run,
+    last_pt_pruned,
+    new_run_config,
+    now_iso,
+    true_status,
+    validate_run_id,
+    worker_alive,
+)
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.space import SearchSpec
 
@@ -62,6 +72,17 @@ def trial_run_id(sweep_id: str, trial_id: str) -> str:
     """The run id of a Tune trial: `<sweep_id>-t03` for Tune's `3f2a1_00003`."""
     index = trial_index(trial_id)
     return f"{sweep_id}-t{index:02d}" if index is not None else f"{sweep_id}-{trial_id}"
+
+
+def create_trial_run(runs_dir: Path, data_dir: Path, sweep_id: str, trial_id: str, values: dict,
+                     searched: dict, scheduler: str, metric: str) -> Run:
+    """A trial's run directory: its TrainConfig (`values`: the base with the searched fields filled in), with
+    `sweep_id` and its place in the sweep in config.json. Made by the trial where it trains, or by the driver
+    for a trial that failed before it could make its own (a node without the shared folders)."""
+    config = new_run_config(TrainConfig.from_dict(values), Path(data_dir))
+    config.update(sweep_id=sweep_id, sweep={"trial": trial_index(trial_id), "trial_id": trial_id,
+                                            "searched": searched, "scheduler": scheduler, "metric": metric})
+    return create_run(Path(runs_dir), config, run_id=trial_run_id(sweep_id, trial_id))
 
 
 def trial_number(run_id: str) -> str:
@@ -236,25 +257,29 @@ class Leaderboard:
         self.metric = metric
         self.sign = 1.0 if METRICS[metric][1] == "min" else -1.0
         self.scores: dict[str, tuple[float, float]] = {}  # run id -> (best value, its epoch)
+        self.leader: str | None = None  # a trial's score only improves, so the sweep's best changes only on add
 
     def add(self, run_id: str, value: float, epoch: float) -> bool:
-        """Record one result; True when the sweep's best changed."""
-        before = self.best()
+        """Record one result; True when the sweep's best changed. O(1): no sort."""
         old = self.scores.get(run_id)
-        if old is None or self.sign * value < self.sign * old[0]:
-            self.scores[run_id] = (float(value), float(epoch))
-        return self.best() != before
+        if old is not None and self.sign * value >= self.sign * old[0]:
+            return False
+        self.scores[run_id] = (float(value), float(epoch))
+        if self.leader is not None and self.leader != run_id and \
+                self.sign * value >= self.sign * self.scores[self.leader][0]:
+            return False
+        self.leader = run_id
+        return True
 
     def ranking(self) -> list[str]:
-        """Run ids, best first."""
+        """Run ids, best first (sorted: asked for once per ended trial, to prune)."""
         return sorted(self.scores, key=lambda rid: self.sign * self.scores[rid][0])
 
     def best(self) -> dict | None:
-        if not self.scores:
+        if self.leader is None:
             return None
-        run_id = self.ranking()[0]
-        value, epoch = self.scores[run_id]
-        return {"run_id": run_id, "metric": self.metric, "value": value, "epoch": epoch}
+        value, epoch = self.scores[self.leader]
+        return {"run_id": self.leader, "metric": self.metric, "value": value, "epoch": epoch}
 
 
 BEST_CONFIG = "best-config.json"

@@ -76,6 +76,18 @@ def prepare_env(address: str | None) -> None:
         # with `ray start` asks for the token: send it with no extra step. RAY_AUTH_MODE=disabled is respected.
         os.environ["RAY_AUTH_MODE"] = "token"
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # Tune's result files
+    controller = logging.getLogger("ray.tune.execution.tune_controller")
+    if not any(isinstance(f, SaidAlready) for f in controller.filters):
+        controller.addFilter(SaidAlready())
+
+
+class SaidAlready(logging.Filter):
+    """Drops Tune's traceback for a trial that failed with a SweepError (a node without the shared folders,
+    cluster.require_shared): the callback prints that trial's one-line message and records it in its run;
+    Ray's RayTaskError for it is also an instance of the cause's class. Every other failure keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], SweepError))
 
 
 def ray_dir_for(sweep_dir: Path) -> Path:

@@ -24,7 +24,14 @@ from brnn_core.config import TrainConfig
 from brnn_core.runs.rundir import Run
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, State
 from brnn_core.sweep.disk import prune_sweep
-from brnn_core.sweep.records import Leaderboard, Sweep, trial_number, trial_run_id, write_best_config
+from brnn_core.sweep.records import (
+    Leaderboard,
+    Sweep,
+    create_trial_run,
+    trial_number,
+    trial_run_id,
+    write_best_config,
+)
 
 
 class SweepControl:
@@ -246,6 +253,8 @@ class SweepCallback(Callback):
     def _ended(self, trial, error: str | None) -> None:
         self.running.discard(trial.trial_id)
         run = self.control.run_of(trial.trial_id)
+        if error and not run.exists():
+            record_lost_trial(self.control.sweep, trial, error)  # failed where this machine cannot see it
         if run.exists():
             status = run.status()
             if error and status.get("state") in ACTIVE_STATES + (State.INTERRUPTED,):
@@ -261,6 +270,31 @@ class SweepCallback(Callback):
         sweep = self.control.sweep
         if self.keep_best is not None:
             prune_sweep(sweep, self.keep_best, ranking=self.board.ranking() if self.board else None)
+
+
+def error_line(error: str) -> str:
+    """The exception's own line from Tune's error file (`...SweepError: node x does not see ...`), else `error`."""
+    try:
+        lines = [line.strip() for line in Path(error).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return error
+    said = [line for line in lines if not line.startswith(("File ", "^", "~", "Traceback", "ray::", "Failure #"))]
+    last = said[-1] if said else error
+    name, _, message = last.partition(": ")
+    return message if message and name.replace(".", "").replace("_", "").isalnum() else last
+
+
+def record_lost_trial(sweep: Sweep, trial, error: str) -> None:
+    """A trial that failed before it made its run directory here (e.g. on a node that joined the cluster after
+    the check and does not see the runs folder: cluster.require_shared) still gets one, `failed` with why."""
+    info = sweep.raw()
+    searched = {k: trial.config[k] for k in (info.get("search") or {}) if k in trial.config}
+    message = error_line(error)
+    run = create_trial_run(sweep.runs_dir, Path(info.get("data_dir") or "."), sweep.id, trial.trial_id,
+                           {**(info.get("base") or {}), **searched}, searched, info.get("scheduler", "fifo"),
+                           info.get("metric", "val_loss"))
+    run.log_event("error", f"the trial failed before it started: {message}")
+    run.write_status(state=State.FAILED, message=message, ended=time.time(), pid=None)
 
 
 def _fmt(value) -> str:

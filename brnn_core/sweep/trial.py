@@ -28,11 +28,11 @@ from pathlib import Path
 import ray
 from ray import tune
 
-from brnn_core.config import LIVE_FIELDS, TrainConfig
-from brnn_core.runs.rundir import Run, create_run, new_run_config
+from brnn_core.config import LIVE_FIELDS
+from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.cluster import require_shared
-from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, trial_index, trial_run_id
+from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, create_trial_run, trial_run_id
 from brnn_core.training.control import Controller
 from brnn_core.training.worker import run_training
 
@@ -103,12 +103,8 @@ class StartPlan:
 def plan_start(run: Run, setup: TrialSetup, searched: dict, trial_id: str, checkpoint) -> StartPlan:
     """New trial: create its run. Known trial: continue from its last.pt, or from the donor's (PBT)."""
     if not run.exists():
-        cfg = TrainConfig.from_dict({**setup.base, **searched})
-        config = new_run_config(cfg, Path(setup.data_dir))
-        config.update(sweep_id=setup.sweep_id, sweep={"trial": trial_index(trial_id), "trial_id": trial_id,
-                                                      "searched": searched, "scheduler": setup.scheduler,
-                                                      "metric": setup.metric})
-        create_run(Path(setup.runs_dir), config, run_id=run.id)
+        create_trial_run(Path(setup.runs_dir), Path(setup.data_dir), setup.sweep_id, trial_id,
+                         {**setup.base, **searched}, searched, setup.scheduler, setup.metric)
         if checkpoint is None:
             return StartPlan()
     if checkpoint is None:
