@@ -11,13 +11,16 @@ times, in this process:
   RunIndex cold / warm   the dashboard's index (brnn_core.runs.index): its first table, then a rerun's
   checkpoints, warm      RunIndex.checkpoint_choices (the Predict page's picker)
   <page> first render    AppTest of the page with Streamlit's caches cleared (a new server process,
-                         modules already imported), server time only (no browser)
+                         modules already imported), server time only (no browser); the runs folder's
+                         index store (.index.json, what the last server read) in place, and once without
+                         it ("no index store": the first start after runs were added while no server ran)
   <page> rerun           the median of --reruns further runs of the same AppTest (a click)
   predict stroke         what a stroke on the Predict page runs: its fragment (prepare the canvas,
                          Predictor.predict, the probabilities figure), median of 50
 
 `--drawings 200` saves that many drawings first (issue 17: with 1,000 runs and 200 drawings every page
-renders in <= 1 s and reruns in <= 0.2 s).
+renders in <= 1 s and reruns in <= 0.2 s); every checkpoint is then scored once on them, as the dashboard's
+background Scorer does (timed: "scoring every checkpoint once"), before the pages are timed.
 `--source DIR` runs the pages of another checkout (e.g. `git archive main | tar -x -C DIR`) to
 compare before and after on the same folders. Targets (issue 12, 1,000 runs): every page rerun
 <= 0.2 s, the Runs page's first render <= 1 s, a stroke <= 0.1 s. Prints a table, writes JSON.
@@ -74,7 +77,7 @@ def build_template(root: Path) -> Path:
         save_checkpoint(path, model, classes=ds.classes, epoch=2, step=2 * steps,
                         metrics={"val_loss": 0.4, "val_acc": 0.85})
     test = evaluate(model, ds.test_x, ds.test_y)
-    write_report(run, test, ds.test_y, ds.classes, "mnist-sample")
+    write_report(run, test, ds.test_y, ds.classes, "mnist-sample", images=ds.test_x)
     run.log_event("finished", "finished: test accuracy 85.00%", step=2 * steps)
     now = time.time()
     run.write_status(state="finished", message="finished: test accuracy 85.00%", step=2 * steps, started=now - 60,
@@ -118,10 +121,14 @@ def time_core(runs_dir: Path, reruns: int) -> dict[str, float]:
     return out
 
 
-def time_page(app: Path, page: str, reruns: int) -> tuple[float, float]:
-    """(first render, median rerun) of one page, server time, Streamlit's caches cleared first."""
+def time_page(app: Path, page: str, reruns: int, store: Path | None = None) -> tuple[float, float]:
+    """(first render, median rerun) of one page, server time, Streamlit's caches cleared first (a new server
+    process). `store`: the RunIndex's file in the runs folder, deleted first (the first server start after runs
+    were added with no server running) when given."""
     st.cache_resource.clear()
     st.cache_data.clear()
+    if store is not None:
+        store.unlink(missing_ok=True)
     at = AppTest.from_file(str(app), default_timeout=600)
     at.switch_page(page)
     t0 = time.perf_counter()
@@ -161,6 +168,21 @@ def save_drawings(data_dir: Path, n: int) -> None:
         save_drawing(data_dir, canvas, k % 10, [str(d) for d in range(10)], now=1.7e9 + k)
 
 
+def score_all(runs_dir: Path, data_dir: Path) -> float:
+    """What the dashboard's background Scorer does once after drawings are saved: every checkpoint's score on
+    them, stored beside it (the drawings read once). Timed here so that the pages below are timed in the steady
+    state, not while 1,000 scores are being computed beside them."""
+    from brnn_core.data.drawings import folder_signature  # lazy: the --source checkout's brnn_core
+    from brnn_core.inference.scores import DrawingTensors, score_and_store, stored_accuracy
+
+    signature, tensors = folder_signature(data_dir), DrawingTensors(data_dir)
+    t0 = time.perf_counter()
+    for path in sorted(runs_dir.glob("*/checkpoints/*.pt")):
+        if not stored_accuracy(path, signature)[0]:
+            score_and_store(path, data_dir, signature, tensors)
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="100,1000,5000", help="comma-separated run counts, increasing")
@@ -191,7 +213,11 @@ def main(argv: list[str] | None = None) -> int:
             grow(runs_dir, template, n)
             load0 = os.getloadavg()[0]
             row = time_core(runs_dir, args.reruns)
+            if args.drawings:
+                row["scoring every checkpoint once"] = score_all(runs_dir, data_dir)
             for name, page in PAGES.items():
+                row[f"{name} page first render, no index store"], _ = time_page(
+                    args.source / "streamlit_app.py", page, 0, store=runs_dir / ".index.json")
                 row[f"{name} page first render"], row[f"{name} page rerun"] = time_page(
                     args.source / "streamlit_app.py", page, args.reruns)
             row["predict stroke"] = time_stroke(runs_dir)

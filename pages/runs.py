@@ -16,7 +16,7 @@ from brnn_core.runs.branch import branch_points, with_parents
 from brnn_core.runs.rundir import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
 from brnn_core.training.drawing_mix import summary_line
-from brnn_core.training.reports import compute_report, read_report
+from brnn_core.training.reports import THUMBNAILS_KEPT, compute_report, read_report, read_thumbnails
 from ui import drawings as my
 from ui.branch import branch_form
 from ui.common import flash, folders, memo, run_index, select_run, show_flashes, state_label
@@ -89,13 +89,15 @@ def test_images(dataset: str) -> np.ndarray:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def thumbnails(dataset: str, indices: tuple[int, ...]) -> list[bytes]:
-    """PNGs of these test images, encoded once (st.image would encode each array again on every rerun)."""
-    images = test_images(dataset)
+def thumbnails(run_dir: str, report_key: tuple, dataset: str, indices: tuple[int, ...]) -> list[bytes]:
+    """PNGs of these test images, encoded once (st.image would encode each array again on every rerun). From
+    the pixels kept with the report; a run from before that loads its dataset's test split."""
+    kept = read_thumbnails(Run(run_dir), len(indices))
+    images = kept if kept is not None else test_images(dataset)[list(indices)]
     out = []
-    for i in indices:
+    for image in images:
         buf = io.BytesIO()
-        Image.fromarray(images[i]).save(buf, format="PNG")
+        Image.fromarray(image).save(buf, format="PNG")
         out.append(buf.getvalue())
     return out
 
@@ -130,11 +132,14 @@ with tab_report:
                                                                                       classes)),
                         key="per_class", on_select="ignore")
         wrong = report["misclassified"]
-        st.markdown(f"**Misclassified test images** ({len(wrong)} shown, most confident mistakes first)")
+        st.markdown(f"**Misclassified test images** ({min(len(wrong), THUMBNAILS_KEPT)} of {len(wrong)} shown, "
+                    "most confident mistakes first")
         try:
-            pngs = thumbnails(report["dataset"], tuple(item["index"] for item in wrong[:48]))
+            first_wrong = wrong[:THUMBNAILS_KEPT]
+            indices = tuple(item["index"] for item in first_wrong)
+            pngs = thumbnails(str(run.path), report_key, report["dataset"], indices)
             cols = st.columns(8)
-            for k, (item, png) in enumerate(zip(wrong[:48], pngs, strict=True)):
+            for k, (item, png) in enumerate(zip(first_wrong, pngs, strict=True)):
                 caption = f"true {classes[item['true']]} → {classes[item['pred']]} ({100 * item['confidence']:.0f}%)"
                 cols[k % 8].image(png, width=72, output_format="PNG", caption=caption)
         except (DatasetError, IndexError) as exc:

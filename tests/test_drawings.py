@@ -22,13 +22,14 @@ from brnn_core.data.drawings import (
     DrawingError,
     as_tensors,
     delete_drawing,
+    drawing_count,
     drawings_dir,
     folder_signature,
     list_drawings,
     save_drawing,
     to_uint8,
 )
-from brnn_core.inference.scores import checkpoint_accuracy
+from brnn_core.inference.scores import DrawingTensors, checkpoint_accuracy
 from brnn_core.training.engine import evaluate
 from brnn_core.training.reports import read_report
 
@@ -152,6 +153,12 @@ def test_scores_need_ten_drawings_and_match_evaluate(tmp_path, sample, trained_c
     x, y = as_tensors(list_drawings(tmp_path, MNIST_CLASSES))
     expected = evaluate(load_checkpoint(trained_ckpt).build_model(), x, y).accuracy
     assert n == 10 and acc == pytest.approx(expected) and acc >= 0.5  # the small model reads most of them
+    # many checkpoints in a row (the dashboard's Scorer): the drawings are read once per class list
+    tensors = DrawingTensors(tmp_path)
+    assert checkpoint_accuracy(trained_ckpt, tmp_path, tensors) == (acc, n)
+    (drawings_dir(tmp_path) / next(p.name for p in drawings_dir(tmp_path).glob("*.png"))).unlink()
+    assert checkpoint_accuracy(trained_ckpt, tmp_path, tensors) == (acc, n)  # read before: not again
+    assert checkpoint_accuracy(trained_ckpt, tmp_path) is None  # read again: 9 drawings left
 
 
 # ------------------------------------------------------------------ training on them
@@ -210,3 +217,30 @@ def test_init_from_another_architecture_fails_clearly(tmp_path, trained_ckpt):
                            init_from=str(trained_ckpt))
     assert state == "failed"
     assert "set hidden_size=32 num_layers=2 head=bidir input_scale=standard to match it" in run.status()["message"]
+
+
+def test_score_memo_keeps_what_a_server_read_for_the_next_one(tmp_path, monkeypatch):
+    """One file instead of a thousand: valid only for the same drawings and the same checkpoint file."""
+    from brnn_core.inference import scores as scores_module
+    from brnn_core.inference.scores import ScoreMemo
+
+    monkeypatch.setattr(scores_module, "MEMO_EVERY_S", 0.0)
+    path, ckpt = tmp_path / ".drawing-scores.json", tmp_path / "run" / "best.pt"
+    memo = ScoreMemo(path)
+    assert memo.get(ckpt, "sig", (1, 2)) == (False, None)
+    memo.put(ckpt, "sig", (1, 2), (0.8, 12))
+    memo.put(tmp_path / "other.pt", "sig", (3, 4), None)  # too few drawings of its classes: known, no score
+    memo.save()
+    again = ScoreMemo(path)
+    assert again.get(ckpt, "sig", (1, 2)) == (True, (0.8, 12))
+    assert again.get(tmp_path / "other.pt", "sig", (3, 4)) == (True, None)
+    assert again.get(ckpt, "new drawings", (1, 2)) == (False, None)  # the drawings changed
+    assert again.get(ckpt, "sig", (5, 2)) == (False, None)  # the checkpoint was rewritten
+    path.write_text("{broken")
+    assert ScoreMemo(path).get(ckpt, "sig", (1, 2)) == (False, None)  # only a cache: ignored
+
+
+def test_drawing_count_reads_no_image(tmp_path, sample):
+    assert drawing_count(tmp_path) == 0
+    save_many(tmp_path, sample.train_x[:3], sample.train_y[:3])
+    assert drawing_count(tmp_path) == 3 == len(list_drawings(tmp_path).drawings)

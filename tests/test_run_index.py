@@ -13,7 +13,7 @@ from helpers import copy_run, fake_finished_run
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index as run_index
 from brnn_core.runs.index import RunIndex, summary_row, val_summary
-from brnn_core.runs.rundir import METRIC_COLUMNS, Run, delete_run
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, delete_run, list_runs
 
 
 def summary(run: Run) -> dict:
@@ -141,3 +141,48 @@ def test_shared_between_threads(runs_dir):
         t.join()
     assert not errors, errors
     assert index.table().set_index("run_id").loc[runs[0].id, "step"] == step
+
+
+def test_a_new_server_starts_from_the_store_and_reads_only_what_changed(runs_dir, later):
+    """The dashboard's index keeps ended runs on disk (.index.json): a new process reads none of them again,
+    answers the same, and still sees a run that changed, appeared or was deleted while it was away."""
+    from brnn_core.runs.index_store import STORE_NAME
+
+    runs = three_runs(runs_dir)
+    store = runs_dir / STORE_NAME
+    first = RunIndex(runs_dir, store=store)
+    table = first.table()
+    assert first.reads == 3 and store.is_file()
+    assert [r.id for r in list_runs(runs_dir)] == sorted((r.id for r in runs), reverse=True)  # not a run
+
+    second = RunIndex(runs_dir, store=store)
+    assert second.table().equals(table) and second.reads == 0
+    assert second.checkpoint_choices() == first.checkpoint_choices()
+
+    runs[0].write_status(state="stopped", message="stopped by another tool")
+    delete_run(runs_dir, runs[1].id)
+    extra = copy_run(runs[2], runs_dir, "20260109-000000-mnist-sample-0009")
+    third = RunIndex(runs_dir, store=store)
+    statuses = third.statuses()
+    assert third.reads == 2  # the changed run and the new one
+    assert statuses[runs[0].id]["state"] == "stopped" and runs[1].id not in statuses and extra.id in statuses
+
+
+def test_an_unusable_store_is_ignored(runs_dir, later):
+    from brnn_core.runs.index_store import STORE_NAME
+
+    three_runs(runs_dir)
+    store = runs_dir / STORE_NAME
+    for text in ("{not json", '{"version": 99, "entries": {}}', "[]"):
+        store.write_text(text)
+        index = RunIndex(runs_dir, store=store)
+        assert len(index.table()) == 3 and index.reads == 3
+    import json
+
+    saved = json.loads(store.read_text())  # the last index wrote a good one again
+    assert saved["version"] == 1 and len(saved["entries"]) == 3
+    saved["runs_dir"] = str(runs_dir / "elsewhere")  # a store of another folder is not used
+    store.write_text(json.dumps(saved))
+    other = RunIndex(runs_dir, store=store)
+    other.table()
+    assert other.reads == 3

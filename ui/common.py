@@ -8,6 +8,7 @@ import streamlit as st
 
 from brnn_core.data.datasets import default_data_dir
 from brnn_core.runs.index import RunIndex
+from brnn_core.runs.index_store import STORE_NAME
 from brnn_core.runs.jobs import JobRegistry
 from brnn_core.runs.rundir import Run, RunError, default_runs_dir, validate_run_id
 from brnn_core.states import ACTIVE_STATES, State
@@ -47,7 +48,7 @@ def registry() -> JobRegistry:
 
 @st.cache_resource
 def _run_index(runs_dir: str) -> RunIndex:
-    return RunIndex(runs_dir)
+    return RunIndex(runs_dir, store=Path(runs_dir) / STORE_NAME)  # a new server starts with what was read
 
 
 def run_index(runs_dir: Path) -> RunIndex:

@@ -1,8 +1,10 @@
 """The user's saved drawings on the Predict and Runs pages: cached listing and per-checkpoint scores.
 
 A page never evaluates a checkpoint. Scores are read from the small file kept beside each checkpoint
-(`inference.scores`); a missing one is handed to one background thread per server (`Scorer`), which
-computes and stores it, and the next rerun shows it. The drawings folder's fingerprint is taken once per
+(`inference.scores`), once per server while the checkpoint file stays the same (`score_memo`, kept on disk for
+the next server); a missing one
+is handed to one background thread per server (`Scorer`), which computes and stores it (reading the drawings
+once for all checkpoints), and the next rerun shows it. The drawings folder's fingerprint is taken once per
 rerun, not once per checkpoint.
 """
 
@@ -15,8 +17,8 @@ from pathlib import Path
 import streamlit as st
 
 from brnn_core.checkpoint import CheckpointError
-from brnn_core.data.drawings import MIN_FOR_ACCURACY, Listing, folder_signature, list_drawings
-from brnn_core.inference.scores import score_and_store, stored_accuracy
+from brnn_core.data.drawings import MIN_FOR_ACCURACY, Listing, drawing_count, folder_signature, list_drawings
+from brnn_core.inference.scores import MEMO_NAME, DrawingTensors, ScoreMemo, score_and_store, stored_accuracy
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -51,10 +53,13 @@ class Scorer:
             return len(self._pending)
 
     def _work(self) -> None:
+        read: tuple[tuple[str, str], DrawingTensors] | None = None  # the drawings of the folder as last seen
         while True:
             path, data_dir, signature = self._queue.get()
+            if read is None or read[0] != (str(data_dir), signature):
+                read = (str(data_dir), signature), DrawingTensors(data_dir)
             try:
-                score_and_store(path, data_dir, signature)
+                score_and_store(path, data_dir, signature, read[1])
             except (CheckpointError, OSError, RuntimeError, ValueError):
                 pass  # an unreadable checkpoint has no score; picking it shows why
             finally:
@@ -69,18 +74,37 @@ def scorer() -> Scorer:
 
 def scores(paths: list[Path], data_dir: Path, signature: str | None = None) -> dict[Path, tuple[float, int] | None]:
     """(accuracy, n) per checkpoint as stored, None while unknown (then it is being computed) or below the
-    threshold. Reads one small file per checkpoint; never evaluates one. `signature`: the drawings folder's
+    threshold. Never evaluates one: one `stat` per checkpoint for the scores this server knows (`score_memo`,
+    kept on disk for the next server), one small file read for the others. `signature`: the drawings folder's
     fingerprint when the page already took it."""
-    signature = signature or folder_signature(data_dir)
-    if len(drawings(data_dir, signature).drawings) < MIN_FOR_ACCURACY:  # of any class set: no file is read
+    if drawing_count(data_dir) < MIN_FOR_ACCURACY:  # of any class set: no score is shown, none is read
         return dict.fromkeys(paths)
+    signature = signature or folder_signature(data_dir)
+    memo = score_memo(str(data_dir))
     out = {}
     for path in paths:
-        found, score = stored_accuracy(path, signature) if path.is_file() else (True, None)
-        if not found:
-            scorer().ask(path, data_dir, signature)
+        try:
+            stat = path.stat()
+        except OSError:
+            out[path] = None
+            continue
+        version = (stat.st_mtime_ns, stat.st_size)
+        known, score = memo.get(path, signature, version)
+        if not known:
+            known, score = stored_accuracy(path, signature)
+            if known:
+                memo.put(path, signature, version, score)
+            else:
+                scorer().ask(path, data_dir, signature)
         out[path] = score
+    memo.save()
     return out
+
+
+@st.cache_resource
+def score_memo(data_dir: str) -> ScoreMemo:
+    """The stored scores this server has read (and the last server, from the data folder's file)."""
+    return ScoreMemo(Path(data_dir) / MEMO_NAME)
 
 
 def score_label(score: tuple[float, int] | None) -> str:

@@ -202,6 +202,15 @@ def as_tensors(listing: Listing, held_out: bool | None = None) -> tuple[torch.Te
     return x, y
 
 
+def drawing_count(data_dir: Path | str) -> int:
+    """How many drawings are saved (their metadata files; no image read)."""
+    folder = drawings_dir(data_dir)
+    try:
+        return sum(1 for e in os.scandir(folder) if e.name.endswith(".json") and e.is_file())
+    except OSError:
+        return 0
+
+
 def folder_signature(data_dir: Path | str) -> str:
     """Cheap fingerprint of the drawings folder (names, sizes, mtimes; no image read): a cache key."""
     folder = drawings_dir(data_dir)

@@ -18,17 +18,19 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from brnn_core.fileio import read_complete_lines
+from brnn_core.runs import index_store
 from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, true_status
 from brnn_core.states import ACTIVE_STATES
 
 FILES = ("config.json", "status.json", "metrics.csv")
 Signature = tuple[tuple[int, int, int] | None, ...]  # (mtime_ns, size, inode) of FILES, None for a missing file
+STORE_EVERY_S = 10.0  # the store is rewritten at most this often (a sweep's trials end one after another)
 SETTLE_NS = 1_000_000_000  # file times move in clock ticks (ms): a folder changed this recently is checked fully
 
 
@@ -72,6 +74,18 @@ class Entry:
     @property
     def active(self) -> bool:
         return self.raw_status.get("state") in ACTIVE_STATES
+
+    def to_dict(self) -> dict:
+        return {"files": self.files, "dirs": self.dirs, "config": self.config, "raw_status": self.raw_status,
+                "metrics": asdict(self.metrics), "checkpoints": self.checkpoints}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Entry:
+        """An entry saved by `to_dict` (index_store): JSON made its tuples lists."""
+        metrics = ValSummary(**{**d["metrics"], "val_points": tuple(map(tuple, d["metrics"]["val_points"]))})
+        files = tuple(None if f is None else tuple(f) for f in d["files"])
+        return cls(files, tuple(d["dirs"]), dict(d["config"]), dict(d["raw_status"]), metrics,
+                   tuple(d["checkpoints"]), settled=True)
 
 
 def _number(text: str) -> float:
@@ -186,7 +200,9 @@ class RunIndex:
     written within the last second is read again (file times move in clock ticks and a rewrite may
     reuse an inode, so two writes a few ms apart can look alike). Only what changed is read again."""
 
-    def __init__(self, runs_dir: Path | str):
+    def __init__(self, runs_dir: Path | str, store: Path | str | None = None):
+        """`store`: a file that keeps the ended runs' entries between server processes (index_store); the
+        dashboard passes `runs_dir/.index.json`, a Python user reading runs once passes nothing."""
         self.runs_dir = Path(runs_dir)
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
@@ -194,6 +210,15 @@ class RunIndex:
         self._generation = 0  # goes up whenever a run was added, re-read or removed
         self._memo: dict[str, tuple[int, object]] = {}  # name -> (generation, result) of results built from it
         self._frames = MetricsCache()
+        self.store = Path(store) if store is not None else None
+        self._stored_generation = 0  # the generation last saved to the store
+        self._stored_at = 0.0
+        if self.store is not None:
+            for name, saved in index_store.load(self.store, self.runs_dir).items():
+                try:
+                    self._entries[name] = Entry.from_dict(saved)
+                except (KeyError, TypeError, ValueError):
+                    continue  # read from the run folder instead
 
     def _current(self, name: str, where: str, dir_mtime: int | None) -> Entry | None:
         """The run's entry, read again if it changed (None: not a complete run). `where` is its folder as a
@@ -241,7 +266,21 @@ class RunIndex:
             for name in gone:
                 del self._entries[name]
             self._generation += bool(gone)
+            self._save_store()
         return out
+
+    def _save_store(self) -> None:
+        """Keep the entries on disk when something changed, at most every STORE_EVERY_S (under the lock)."""
+        if self.store is None or self._generation == self._stored_generation:
+            return
+        if time.monotonic() - self._stored_at < STORE_EVERY_S and self._stored_at:
+            return
+        try:
+            index_store.save(self.store, self.runs_dir, {n: e.to_dict() for n, e in self._entries.items()
+                                                         if e.settled and not e.active})
+        except OSError:
+            pass  # a read-only runs folder: every new server reads the runs again, as without a store
+        self._stored_generation, self._stored_at = self._generation, time.monotonic()
 
     def _memoised(self, name: str, entries: list[tuple[str, Entry]], build):
         """build(entries), reused while no run changed; never kept while a run is active (its duration grows

@@ -284,7 +284,8 @@ def end_finished(run: Run, recorder: Recorder, cfg: TrainConfig, splits: Splits,
         extra["validation"] = {"before": start_val_acc, "after": end_val}
         drawn_line += ("; " if drawn_line else "") + \
             f"validation accuracy: {100 * start_val_acc:.1f}% -> {100 * end_val:.1f}%"
-    write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset, extra=extra or None)
+    write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset, extra=extra or None,
+                 images=splits.test_x)
     message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(splits.test_y)} images)" \
         + (f"; {drawn_line}" if drawn_line else "")
     run.log_event("finished", message, step=result.step)

@@ -1,0 +1,37 @@
+"""The dashboard's RunIndex kept on disk, so a new server starts with what the last one had read.
+
+A `RunIndex` reads each run once and then only what changed, but a fresh server process starts empty: with
+a thousand runs its first page paid ~0.3 s reading every config.json, status.json and metrics.csv again.
+The entries of runs that had ended and settled are saved in one file, `.index.json` in the runs folder
+(skipped by every listing: its name starts with a dot). A saved entry is used only under the same test
+an in-memory one passes (`RunIndex._current`: the run folder's and its checkpoints/ folder's mtimes are
+what they were when it was read); anything else is read again. The file is only a cache: unreadable,
+from another format or another folder, it is ignored, and deleting it costs one slower first page.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from brnn_core.fileio import atomic_write_json
+
+STORE_NAME = ".index.json"
+STORE_VERSION = 1
+
+
+def load(path: Path, runs_dir: Path) -> dict[str, dict]:
+    """run id -> its saved entry (as `Entry.to_dict` made it) for this runs folder; {} when nothing is usable."""
+    try:
+        saved = json.loads(Path(path).read_text())
+        if saved.get("version") != STORE_VERSION or saved.get("runs_dir") != str(Path(runs_dir).resolve()):
+            return {}
+        entries = saved["entries"]
+        return entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError, AttributeError, KeyError):
+        return {}
+
+
+def save(path: Path, runs_dir: Path, entries: dict[str, dict]) -> None:
+    atomic_write_json(Path(path), {"version": STORE_VERSION, "runs_dir": str(Path(runs_dir).resolve()),
+                                   "entries": entries})
