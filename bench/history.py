@@ -12,8 +12,9 @@ times, in this process:
   checkpoints, warm      RunIndex.checkpoint_choices (the Predict page's picker)
   <page> first render    AppTest of the page with Streamlit's caches cleared (a new server process,
                          modules already imported), server time only (no browser); the runs folder's
-                         index store (.index.json, what the last server read) in place, and once without
-                         it ("no index store": the first start after runs were added while no server ran)
+                         stores (.index.json, .drawing-scores.json: what the last server read) in place,
+                         and once without them ("no index store": the first start after runs were added
+                         while no server ran)
   <page> rerun           the median of --reruns further runs of the same AppTest (a click)
   predict stroke         what a stroke on the Predict page runs: its fragment (prepare the canvas,
                          Predictor.predict, the probabilities figure), median of 50
@@ -121,14 +122,14 @@ def time_core(runs_dir: Path, reruns: int) -> dict[str, float]:
     return out
 
 
-def time_page(app: Path, page: str, reruns: int, store: Path | None = None) -> tuple[float, float]:
+def time_page(app: Path, page: str, reruns: int, stores: tuple[Path, ...] = ()) -> tuple[float, float]:
     """(first render, median rerun) of one page, server time, Streamlit's caches cleared first (a new server
-    process). `store`: the RunIndex's file in the runs folder, deleted first (the first server start after runs
-    were added with no server running) when given."""
+    process). `stores`: the files a server keeps what it read in (the runs' summaries, the drawings' scores),
+    deleted first: the first server start after runs were added while no server ran."""
     st.cache_resource.clear()
     st.cache_data.clear()
-    if store is not None:
-        store.unlink(missing_ok=True)
+    for path in stores or ():
+        path.unlink(missing_ok=True)
     at = AppTest.from_file(str(app), default_timeout=600)
     at.switch_page(page)
     t0 = time.perf_counter()
@@ -217,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 row["scoring every checkpoint once"] = score_all(runs_dir, data_dir)
             for name, page in PAGES.items():
                 row[f"{name} page first render, no index store"], _ = time_page(
-                    args.source / "streamlit_app.py", page, 0, store=runs_dir / ".index.json")
+                    args.source / "streamlit_app.py", page, 0,
+                    stores=(runs_dir / ".index.json", data_dir / ".drawing-scores.json"))
                 row[f"{name} page first render"], row[f"{name} page rerun"] = time_page(
                     args.source / "streamlit_app.py", page, args.reruns)
             row["predict stroke"] = time_stroke(runs_dir)
