@@ -10,11 +10,11 @@ times, in this process:
   runs_table, uncached   brnn_core.runs.runs_table(runs_dir): every run read from disk
   RunIndex cold / warm   the dashboard's index (brnn_core.runs.index): its first table, then a rerun's
   checkpoints, warm      RunIndex.checkpoint_choices (the Predict page's picker)
-  <page> first render    AppTest of the page with Streamlit's caches cleared (a new server process,
-                         modules already imported), server time only (no browser); the runs folder's
-                         stores (.index.json, .drawing-scores.json: what the last server read) in place,
-                         and once without them ("no index store": the first start after runs were added
-                         while no server ran)
+  <page> first render    the median of 3 AppTest runs of the page, each with Streamlit's caches cleared
+                         (a new server process, modules already imported), server time only (no
+                         browser); with the stores (.index.json, .drawing-scores.json: what the last
+                         server read) in place, and without them ("no index store": the first start
+                         after runs were added while no server ran)
   <page> rerun           the median of --reruns further runs of the same AppTest (a click)
   predict stroke         what a stroke on the Predict page runs: its fragment (prepare the canvas,
                          Predictor.predict, the probabilities figure), median of 50
@@ -45,6 +45,7 @@ from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
+FIRST_RENDERS = 3  # first renders per page (median): a busy 2-core machine moves one by ±0.3 s
 PAGES = {"train": "pages/train.py", "runs": "pages/runs.py", "predict": "pages/predict.py"}
 
 
@@ -122,22 +123,26 @@ def time_core(runs_dir: Path, reruns: int) -> dict[str, float]:
     return out
 
 
-def time_page(app: Path, page: str, reruns: int, stores: tuple[Path, ...] = ()) -> tuple[float, float]:
-    """(first render, median rerun) of one page, server time, Streamlit's caches cleared first (a new server
-    process). `stores`: the files a server keeps what it read in (the runs' summaries, the drawings' scores),
-    deleted first: the first server start after runs were added while no server ran."""
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    for path in stores or ():
-        path.unlink(missing_ok=True)
-    at = AppTest.from_file(str(app), default_timeout=600)
-    at.switch_page(page)
-    t0 = time.perf_counter()
-    at.run()
-    first = time.perf_counter() - t0
-    if at.exception:
-        raise RuntimeError(f"{page}: {[e.value for e in at.exception]}")
-    return first, median_time(at.run, reruns)
+def time_page(app: Path, page: str, reruns: int, stores: tuple[Path, ...] = (),
+              firsts: int = FIRST_RENDERS) -> tuple[float, float]:
+    """(median first render, median rerun) of one page, server time. A first render has Streamlit's caches
+    cleared (a new server process); it is repeated `firsts` times. `stores`: the files a server keeps what it
+    read in (the runs' summaries, the drawings' scores), deleted before each first render: the first server
+    start after runs were added while no server ran."""
+    times = []
+    for _ in range(firsts):
+        st.cache_resource.clear()
+        st.cache_data.clear()
+        for path in stores:
+            path.unlink(missing_ok=True)
+        at = AppTest.from_file(str(app), default_timeout=600)
+        at.switch_page(page)
+        t0 = time.perf_counter()
+        at.run()
+        times.append(time.perf_counter() - t0)
+        if at.exception:
+            raise RuntimeError(f"{page}: {[e.value for e in at.exception]}")
+    return statistics.median(times), median_time(at.run, reruns)
 
 
 def time_stroke(runs_dir: Path) -> float:
@@ -209,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         template = build_template(root / "template-parent")
         grow(runs_dir, template, 3)
         for page in PAGES.values():  # import every module once: first renders below exclude imports
-            time_page(args.source / "streamlit_app.py", page, 0)
+            time_page(args.source / "streamlit_app.py", page, 0, firsts=1)
         for n in sizes:
             grow(runs_dir, template, n)
             load0 = os.getloadavg()[0]
