@@ -21,7 +21,7 @@ from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, Populati
 from ray.tune.stopper import Stopper
 
 from brnn_core.config import TrainConfig
-from brnn_core.runs.rundir import Run
+from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, State
 from brnn_core.sweep.disk import prune_sweep
 from brnn_core.sweep.records import (
@@ -253,8 +253,11 @@ class SweepCallback(Callback):
     def _ended(self, trial, error: str | None) -> None:
         self.running.discard(trial.trial_id)
         run = self.control.run_of(trial.trial_id)
-        if error and not run.exists():
-            record_lost_trial(self.control.sweep, trial, error)  # failed where this machine cannot see it
+        if error and not run.exists():  # failed where this machine cannot see it: record it here
+            try:
+                record_lost_trial(self.control.sweep, trial, error)
+            except (RunError, ValueError, OSError) as exc:  # Tune's loop must go on; say it at least
+                self.printer(f"{trial_number(run.id)} failed ({error_line(error)}); not recorded: {exc}")
         if run.exists():
             status = run.status()
             if error and status.get("state") in ACTIVE_STATES + (State.INTERRUPTED,):
