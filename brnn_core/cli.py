@@ -27,6 +27,7 @@ from brnn_core.data.loading import ensure_dataset, load_dataset
 from brnn_core.devices import amp_problem, device_problem, resolve_device
 from brnn_core.inference.predictor import Predictor
 from brnn_core.runs.branch import create_planned, parse_from, plan_branch
+from brnn_core.runs.index import update_store
 from brnn_core.runs.progress import eta_seconds, format_eta
 from brnn_core.runs.rundir import (
     Run,
@@ -174,6 +175,7 @@ def cmd_train(args) -> int:
     state = run_training(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
     status = run.status()
     print(f"\n{status.get('message') or state}", flush=True)
+    update_store(run.path.parent)  # the dashboard's next start reads none of the runs already in it
     return EXIT_OK if state in (State.FINISHED, State.STOPPED) else EXIT_FAILURE
 
 

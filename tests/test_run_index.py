@@ -186,3 +186,16 @@ def test_an_unusable_store_is_ignored(runs_dir, later):
     other = RunIndex(runs_dir, store=store)
     other.table()
     assert other.reads == 3
+
+
+def test_the_cli_and_sweeps_keep_the_store_current_for_the_next_server(runs_dir, later):
+    """`train` and `sweep` call update_store when they end: a server started afterwards reads no run again."""
+    from brnn_core.runs.index import update_store
+    from brnn_core.runs.index_store import STORE_NAME
+
+    three_runs(runs_dir)
+    update_store(runs_dir)
+    index = RunIndex(runs_dir, store=runs_dir / STORE_NAME)
+    assert len(index.table()) == 3 and index.reads == 0
+    update_store(runs_dir / "missing")  # no runs folder: nothing to do, nothing created
+    assert not (runs_dir / "missing").exists()

@@ -363,6 +363,14 @@ class MetricsCache:
         return frame
 
 
+def update_store(runs_dir: Path | str) -> None:
+    """Bring the runs folder's index store up to date after a CLI run or a sweep ended, so that the next
+    dashboard server starts warm even when no server ran meanwhile (the runs already in it cost two stats)."""
+    runs_dir = Path(runs_dir)
+    if runs_dir.is_dir():
+        RunIndex(runs_dir, store=runs_dir / index_store.STORE_NAME).refresh()
+
+
 # ---------------------------------------------------------------- read afresh, for Python users
 def runs_table(runs_dir: Path) -> pd.DataFrame:
     """Every run's summary row, newest first, read afresh (the pages keep one `RunIndex` instead)."""

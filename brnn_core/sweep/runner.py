@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from brnn_core.runs.index import update_store
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.cluster import check_cluster
 from brnn_core.sweep.disk import prune_sweep, prune_tune_checkpoints
@@ -227,6 +228,7 @@ def finish(sweep: Sweep, plan: SweepPlan, state: str, message: str, printer) -> 
             prune_tune_checkpoints(sweep)
     best = best_trial(sweep)  # once, at the end: every trial read, whatever the driver saw
     write_best_config(sweep, best)
+    update_store(sweep.runs_dir)  # the dashboard's next start reads none of these trials again
     tally = ", ".join(f"{n} {s}" for s, n in sorted(counts(sweep).items()))
     if best:
         message += (f"; best {trial_number(best['run_id'])} ({best['run_id']}): {best['metric']} "
