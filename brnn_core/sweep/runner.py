@@ -268,6 +268,7 @@ def resume_sweep(sweep_id: str, runs_dir: Path, printer=print, time_budget_min: 
     if not (sweep.tune_dir / "tuner.pkl").is_file():
         raise SweepError(f"{sweep.tune_dir} holds no Tune experiment to restore")
     plan = SweepPlan.from_dict(info["plan"])
+    plan.time_budget_s = None if time_budget_min is None else 60.0 * time_budget_min  # the continued part's own
     prepare_env(plan.address)
     ray_dir = ray_dir_for(sweep.path)
     with ray_session(plan, ray_dir) as ray:

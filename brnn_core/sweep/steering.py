@@ -21,6 +21,7 @@ from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, Populati
 from ray.tune.stopper import Stopper
 
 from brnn_core.config import TrainConfig
+from brnn_core.fileio import atomic_write_json, read_json
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, State
 from brnn_core.sweep.disk import prune_sweep
@@ -32,6 +33,8 @@ from brnn_core.sweep.records import (
     trial_run_id,
     write_best_config,
 )
+
+RUNNING_FILE = "running.json"  # in the sweep folder: the trials Tune runs now (the callback's, for the stopper)
 
 
 class SweepControl:
@@ -50,6 +53,18 @@ class SweepControl:
 
     def stop_requested(self) -> bool:
         return self.sweep.stop_requested()
+
+    @property
+    def running_path(self) -> Path:
+        return Path(self.sweep_dir) / RUNNING_FILE
+
+    def set_running(self, trial_ids: set[str]) -> None:
+        """The trials Tune started and has not seen end, from the callback, for the stopper (a file, not a
+        shared object: `sweep --resume` restores the callback and the stopper as separate copies)."""
+        atomic_write_json(self.running_path, sorted(trial_ids))
+
+    def running(self) -> set[str]:
+        return set(read_json(self.running_path, []) or [])
 
     def training(self) -> list[Run]:
         """Trials whose own process is working (not those waiting, as `queued`, for the scheduler)."""
@@ -154,9 +169,8 @@ class Asha(_Steered, AsyncHyperBandScheduler):
 class SweepStopper(Stopper):
     """Ends the experiment once a stop was asked for and no trial is still training."""
 
-    def __init__(self, control: SweepControl, running: set[str] | None = None):
+    def __init__(self, control: SweepControl):
         self.control = control
-        self.running = running if running is not None else set()  # trials Tune still runs (SweepCallback's)
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False
@@ -167,14 +181,14 @@ class SweepStopper(Stopper):
         earlier would record it as terminated."""
         if not self.control.stop_requested() or self.control.training():
             return False
-        return not self.running
+        return not self.control.running()
 
 
 class SweepCallback(Callback):
     """Keeps sweep.json current, forwards Stop sweep to the trials, marks dead trials, prunes, prints."""
 
     def __init__(self, control: SweepControl, keep_best: int | None = 3, printer=print,
-                 time_budget_s: float | None = None, running: set[str] | None = None):
+                 time_budget_s: float | None = None):
         self.control = control
         self.time_budget_s = time_budget_s
         self.deadline: float | None = None  # set when Tune starts the experiment (setup)
@@ -182,8 +196,7 @@ class SweepCallback(Callback):
         self.printer = printer
         self.stop_sent = False
         self.board: Leaderboard | None = None  # made at the first result (the metric is in sweep.json)
-        self.running = running if running is not None else set()  # trial ids Tune started, not seen end (shared
-        # with the SweepStopper: one set object, no reference to this callback, which holds a printer)
+        self.running: set[str] = set()  # trial ids Tune started and has not seen end (control.set_running)
 
     def setup(self, **info):
         """Tune calls this when the experiment starts, and again when `sweep --resume` restores it (this object
@@ -195,6 +208,7 @@ class SweepCallback(Callback):
         self.deadline = None if self.time_budget_s is None else time.time() + self.time_budget_s
         self.stop_sent = False
         self.running.clear()
+        self.control.set_running(self.running)
 
     def on_step_begin(self, iteration, trials, **info):
         if self.stop_sent:
@@ -217,6 +231,7 @@ class SweepCallback(Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.running.add(trial.trial_id)
+        self.control.set_running(self.running)
         if self.control.stop_requested():
             return  # Tune may still hand a pending trial to an idle worker: the trial sees the stop and returns
         sweep = self.control.sweep
@@ -252,6 +267,7 @@ class SweepCallback(Callback):
 
     def _ended(self, trial, error: str | None) -> None:
         self.running.discard(trial.trial_id)
+        self.control.set_running(self.running)
         run = self.control.run_of(trial.trial_id)
         if error and not run.exists():  # failed where this machine cannot see it: record it here
             try:

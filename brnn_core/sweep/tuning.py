@@ -70,14 +70,13 @@ def build_tuner(plan: SweepPlan, sweep: Sweep, data_dir: Path, *, restore: bool 
     if restore:
         return tune.Tuner.restore(str(sweep.tune_dir), fn, resume_unfinished=True, resume_errored=True)
     control = SweepControl(sweep.path)
-    running: set[str] = set()  # the trials Tune runs, kept by the callback, read by the stopper
-    callback = SweepCallback(control, plan.keep_best, time_budget_s=plan.time_budget_s, running=running)
+    callback = SweepCallback(control, plan.keep_best, time_budget_s=plan.time_budget_s)
     return tune.Tuner(
         fn, param_space={s.key: to_tune(s) for s in plan.specs},
         tune_config=tune.TuneConfig(num_samples=plan.samples, max_concurrent_trials=max_concurrent(plan),
                                     scheduler=make_scheduler(plan, control), search_alg=search_alg(plan),
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=sweep.tune_dir.name, storage_path=str(sweep.path), verbose=0,
-                                  stop=SweepStopper(control, running), callbacks=[callback],
+                                  stop=SweepStopper(control), callbacks=[callback],
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=TUNE_CHECKPOINTS_KEPT),
                                   failure_config=tune.FailureConfig(max_failures=0)))
