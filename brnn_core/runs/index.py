@@ -173,6 +173,8 @@ _now_ns = time.time_ns  # the clock _settled reads (tests look at the folder "a 
 
 
 def _read_json(path: Path) -> dict:
+    if not path.is_file():  # a device or folder in its place (a test's /dev/full) must not be read
+        return {}
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -185,7 +187,8 @@ def _checkpoints(path: Path) -> tuple[bool, bool]:
 
 
 def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
-    lines, _ = read_complete_lines(path / "metrics.csv")
+    metrics = path / "metrics.csv"
+    lines, _ = read_complete_lines(metrics) if metrics.is_file() else ([], 0)  # /dev/full would never end
     return Entry(files, dirs, _read_json(path / "config.json"), _read_json(path / "status.json"), val_summary(lines),
                  _checkpoints(path))
 
