@@ -2,10 +2,9 @@
 
 A page never evaluates a checkpoint. Scores are read from the small file kept beside each checkpoint
 (`inference.scores`), once per server while the checkpoint file stays the same (`score_memo`, kept on disk for
-the next server); a missing one
-is handed to one background thread per server (`Scorer`), which computes and stores it (reading the drawings
-once for all checkpoints), and the next rerun shows it. The drawings folder's fingerprint is taken once per
-rerun, not once per checkpoint.
+the next server); a missing one is handed to one background thread per server (`Scorer`), which computes and
+stores it (reading the drawings once for all checkpoints), and the next rerun shows it. The drawings folder's
+fingerprint is taken once per rerun, not once per checkpoint.
 """
 
 from __future__ import annotations
