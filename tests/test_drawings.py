@@ -15,7 +15,7 @@ from test_inference import SEVEN, drawing
 from bench.drawn_digits import render
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import ConfigError, TrainConfig
-from brnn_core.data.canvas import preprocess
+from brnn_core.data.canvas import DESLANT, preprocess
 from brnn_core.data.datasets import FASHION_CLASSES, MNIST_CLASSES
 from brnn_core.data.drawings import (
     MIN_FOR_ACCURACY,
@@ -54,9 +54,9 @@ def test_save_list_delete_round_trip(tmp_path):
     assert saved.id.startswith(time.strftime("%Y%m%d-%H%M%S-250000-", time.localtime(NOW)))
     assert saved.folder == drawings_dir(tmp_path) == tmp_path / "my-drawings"
     assert (saved.label, saved.class_name, saved.held_out) == (7, "7", False)
-    # The canvas as drawn, and the 28x28 the model saw, 8 bit like MNIST.
+    # The canvas as drawn, and the 28x28 the model saw (a digit: straightened), 8 bit like MNIST.
     np.testing.assert_array_equal(np.asarray(Image.open(saved.canvas_path)), canvas)
-    seen = to_uint8(preprocess(canvas))
+    seen = to_uint8(preprocess(canvas, deslant=DESLANT))
     np.testing.assert_array_equal(np.asarray(Image.open(saved.input_path)), seen)
     meta = json.loads(saved.meta_path.read_text())
     assert meta == {"label": 7, "class_name": "7", "classes": MNIST_CLASSES, "created": NOW, "held_out": False}

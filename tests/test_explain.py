@@ -40,7 +40,7 @@ def logits(predictor: Predictor, x: torch.Tensor) -> torch.Tensor:
 def test_each_row_is_the_model_on_that_prefix_alone(head):
     """Row t of the packed batch = the model run on a 28x(t+1) image, for both heads."""
     predictor = random_predictor(head)
-    x = prepare(SEVEN_CANVAS)
+    x = prepare(SEVEN_CANVAS, deslant=predictor.deslant)  # what the predictor feeds its model
     rows = predictor.read_rows(SEVEN_CANVAS)
     with torch.no_grad(), mode(predictor.model, False):
         one_by_one = np.stack([predictor.model(x[:t + 1].unsqueeze(0)).softmax(1)[0].numpy() for t in range(28)])
@@ -90,7 +90,7 @@ def ink_share(attr: np.ndarray, x: torch.Tensor, threshold: float = 0.1) -> floa
 def test_attribution_sits_on_the_ink_and_adds_up(trained_ckpt, sample):
     predictor = Predictor.from_checkpoint(trained_ckpt)
     for image in (SEVEN_CANVAS, sample.test_x[7].numpy()):
-        x = prepare(image)
+        x = prepare(image, deslant=predictor.deslant)
         attr = predictor.attribution(image)
         assert attr.shape == (28, 28) and attr.dtype == np.float32 and np.isfinite(attr).all()
         assert ink_share(attr, x) > 0.9, ink_share(attr, x)
@@ -103,7 +103,7 @@ def test_attribution_sits_on_the_ink_and_adds_up(trained_ckpt, sample):
 
 def test_attribution_for_a_given_class(trained_ckpt):
     predictor = Predictor.from_checkpoint(trained_ckpt)
-    x = prepare(SEVEN_CANVAS)
+    x = prepare(SEVEN_CANVAS, deslant=predictor.deslant)  # what the predictor feeds its model
     attr, target, gap = integrated_gradients(predictor.model, x, target=1)
     assert target == 1
     change = float(logits(predictor, x)[1] - logits(predictor, torch.zeros(28, 28))[1])
@@ -118,7 +118,7 @@ def test_attribution_keeps_eval_mode_so_dropout_stays_off():
     """Training mode would make two calls differ (dropout) and explain another function."""
     predictor = random_predictor("bidir", dropout=0.5)
     predictor.model.train()  # whatever mode the caller left it in, attribution runs in eval mode
-    x = prepare(SEVEN_CANVAS)
+    x = prepare(SEVEN_CANVAS, deslant=predictor.deslant)  # what the predictor feeds its model
     first, second = predictor.attribution(SEVEN_CANVAS), predictor.attribution(SEVEN_CANVAS)
     np.testing.assert_array_equal(first, second)
     target = int(predictor.predict(SEVEN_CANVAS).argmax())

@@ -12,7 +12,17 @@ import torch
 from PIL import Image, ImageDraw
 
 from brnn_core.checkpoint import save_checkpoint
-from brnn_core.data.canvas import load_image, prepare, preprocess, to_grey
+from brnn_core.data.canvas import (
+    DESLANT,
+    MNIST_SLANT,
+    deslant_for,
+    load_image,
+    prepare,
+    preprocess,
+    slant,
+    straighten,
+    to_grey,
+)
 from brnn_core.inference.predictor import Predictor
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.training.engine import evaluate
@@ -108,6 +118,59 @@ def test_odd_shapes_are_refused_with_a_message():
         to_grey(np.zeros((2, 10, 10, 4)))
 
 
+# ------------------------------------------------------------------ straightening a slanted digit
+def leaning_one(lean: float) -> np.ndarray:
+    """A canvas "1" whose top is `lean` x per y to the right of its foot (lean 0.4: about 22 degrees)."""
+    return drawing([[(140 + 0.5 * lean * 200, 40), (140 - 0.5 * lean * 200, 240)]])
+
+
+def test_straighten_moves_the_slant_most_of_the_way_to_mnists_and_centres_the_ink():
+    raw = preprocess(leaning_one(0.4)).numpy()
+    before = slant(raw)[0]
+    assert before < MNIST_SLANT - 0.2  # leans right, far more than MNIST's writers on average
+    for strength in (0.5, DESLANT, 1.0):
+        out = straighten(raw, strength)
+        after, cy, cx = slant(out)
+        assert abs((after - MNIST_SLANT) - (1 - strength) * (before - MNIST_SLANT)) < 0.03, (strength, after)
+        assert abs(cy - 14) < 0.05 and abs(cx - 14) < 0.05  # centre of mass exactly in the middle
+        assert abs(out.sum() - raw.sum()) < 0.02 * raw.sum()  # the same ink, sheared, none lost at the edges
+        assert out.dtype == np.float32 and out.min() >= 0 and out.max() <= 1
+
+
+def test_straighten_is_a_bilinear_shear_about_the_centre_of_mass():
+    """The same resampling as scipy's affine_transform (order 1, zeros outside), written out so the canvas
+    path needs no scipy."""
+    from scipy.ndimage import affine_transform
+
+    raw = preprocess(drawing([SEVEN])).numpy()
+    s, cy, cx = slant(raw)
+    a = DESLANT * (s - MNIST_SLANT)
+    matrix = np.array([[1.0, 0.0], [a, 1.0]])  # output (row, col) -> input (row, col + a * row) + offset
+    expected = affine_transform(raw.astype(np.float64), matrix, offset=np.array([cy, cx]) - matrix @ [14.0, 14.0],
+                                order=1, mode="constant", cval=0.0)
+    np.testing.assert_allclose(straighten(raw, DESLANT), expected, atol=1e-5)
+
+
+def test_flat_strokes_and_blank_images_are_only_centred():
+    flat = preprocess(drawing([[(40, 140), (240, 150)]])).numpy()  # a dash: no height to measure a slant on
+    out = straighten(flat)
+    assert abs(out.sum() - flat.sum()) < 0.02 * flat.sum() and np.abs(out - flat).max() < 0.6  # not sheared away
+    blank = np.zeros((28, 28), np.float32)
+    assert straighten(blank) is blank
+
+
+def test_only_drawn_digits_are_straightened():
+    assert deslant_for([str(d) for d in range(10)]) == DESLANT
+    assert deslant_for(["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+                        "Bag", "Ankle boot"]) == 0.0
+    canvas = leaning_one(0.4)
+    assert torch.equal(prepare(canvas, deslant=DESLANT), preprocess(canvas, deslant=DESLANT))
+    assert abs(slant(prepare(canvas, deslant=DESLANT).numpy())[0] - MNIST_SLANT) < 0.15
+    digit = np.zeros((28, 28), np.uint8)
+    digit[4:24, 10:13] = 255
+    assert torch.equal(prepare(digit, deslant=DESLANT), prepare(digit))  # a 28x28 array is MNIST's own
+
+
 def test_prepare_passes_mnist_style_arrays_through(sample):
     digit = sample.test_x[0].numpy()
     as_uint8 = prepare(digit)
@@ -135,6 +198,10 @@ def test_predict_returns_probabilities_for_every_input_kind(predictor, sample):
     assert np.allclose(results["uint8"], results["float64"], atol=1e-6)
     assert predictor.predict(np.zeros((SIZE, SIZE, 4), np.uint8)) is None
     assert predictor.classes == [str(d) for d in range(10)]
+    # A digit model reads a canvas straightened: the same as the straightened 28x28 passed in directly.
+    assert predictor.deslant == DESLANT
+    straight = preprocess(inputs["canvas"], deslant=DESLANT).numpy()
+    assert np.allclose(results["canvas"], predictor.predict(straight), atol=1e-6)
 
 
 def test_predict_runs_in_eval_mode(tmp_path, sample):

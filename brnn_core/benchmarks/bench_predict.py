@@ -37,7 +37,7 @@ def bench_predict(ctx: Context) -> list[Row]:
         predictor = Predictor.from_checkpoint(path, device)
         if predictor.predict(canvas) is None:
             raise RuntimeError("the synthetic canvas read as blank")
-        x = prepare(canvas)
+        x = prepare(canvas, deslant=predictor.deslant)
         timings: dict[str, list[float]] = {"predict": [], "preprocess": [], "model": []}
 
         def model_only(x=x, predictor=predictor, device=device):
@@ -45,7 +45,8 @@ def bench_predict(ctx: Context) -> list[Row]:
                 predictor.model(x.unsqueeze(0).to(device)).softmax(dim=1).cpu()
 
         steps = {"predict": lambda predictor=predictor: predictor.predict(canvas),
-                 "preprocess": lambda: prepare(canvas), "model": model_only}
+                 "preprocess": lambda predictor=predictor: prepare(canvas, deslant=predictor.deslant),
+                 "model": model_only}
         for _ in range(max(5, calls // 20)):  # warm-up
             for fn in steps.values():
                 fn()

@@ -2,7 +2,9 @@
 
 MNIST digits are white on black, scaled to fit a 20x20 box (aspect kept, anti-aliased) and
 placed in 28x28 with their centre of mass at the centre. A drawn digit must go through the
-same steps or the model sees something unlike anything it was trained on. It lives with the
+same steps or the model sees something unlike anything it was trained on. A drawn digit is also
+straightened (`straighten`) most of the way to MNIST's average slant: people slant their digits more
+than MNIST's writers varied, and the straightened ones read better (bench/README.md, "Canvas path"). It lives with the
 data because the saved drawings (`drawings`) are stored as this recipe made them; the Predictor
 uses the same functions.
 """
@@ -17,6 +19,13 @@ from PIL import Image, ImageFilter
 
 BLANK_INK = 0.05  # a canvas whose brightest pixel is under 5% of full white is blank
 MIN_INK_PIXELS = 4
+# Deslanting, measured on real MNIST test digits drawn as canvas strokes (bench/canvas_path.py): a drawing's
+# slant is moved DESLANT of the way to MNIST_SLANT, the mean of mnist-sample's 4,500 training digits
+# (x per y in image rows: negative = the top leans right). All the way (1.0) straightens the digits whose
+# letterform slants (a 7's stem) too far; digits only: clothes have no handwriting slant.
+DESLANT = 0.75
+MNIST_SLANT = -0.138
+DIGIT_CLASSES = [str(d) for d in range(10)]
 
 
 def to_grey(image: np.ndarray) -> np.ndarray:
@@ -52,8 +61,16 @@ def to_grey(image: np.ndarray) -> np.ndarray:
     return grey
 
 
-def preprocess(rgba: np.ndarray, *, pen: float = 0.0) -> torch.Tensor | None:
+def deslant_for(classes: list[str] | tuple[str, ...]) -> float:
+    """How much of a drawing's slant to straighten for a model of these classes: DESLANT for digits, else 0."""
+    return DESLANT if [str(c) for c in classes] == DIGIT_CLASSES else 0.0
+
+
+def preprocess(rgba: np.ndarray, *, pen: float = 0.0, deslant: float = 0.0) -> torch.Tensor | None:
     """Canvas image (H, W, 4) -> (28, 28) float tensor in [0, 1]; None for a blank canvas.
+
+    `deslant` (0 to 1) moves the digit's slant that share of the way to MNIST's mean (see `straighten`);
+    callers pass `deslant_for(classes)`.
 
     `pen` softens the stroke edges before the resize, by a Gaussian of that many output pixels, to mimic
     MNIST's anti-aliased pen instead of the canvas's hard brush; 0 (measured best: bench/README.md,
@@ -76,7 +93,8 @@ def preprocess(rgba: np.ndarray, *, pen: float = 0.0) -> torch.Tensor | None:
     box = np.zeros((28, 28), dtype=np.float32)
     top, left = (28 - new_h) // 2, (28 - new_w) // 2
     box[top:top + new_h, left:left + new_w] = np.asarray(img, dtype=np.float32) / 255.0
-    return torch.from_numpy(center_of_mass_shift(box))
+    box = center_of_mass_shift(box)
+    return torch.from_numpy(straighten(box, deslant) if deslant else box)
 
 
 def center_of_mass_shift(img: np.ndarray) -> np.ndarray:
@@ -96,15 +114,49 @@ def center_of_mass_shift(img: np.ndarray) -> np.ndarray:
     return out
 
 
-def prepare(image: np.ndarray | torch.Tensor) -> torch.Tensor | None:
-    """A canvas RGBA array or an MNIST-style 28x28 array -> (28, 28) float in [0, 1]."""
+def slant(img: np.ndarray) -> tuple[float, float, float]:
+    """(slant, centre row, centre column) of a 28x28 image from its second moments: the slant is the
+    ink's x per y (covariance over the variance of y), negative when the top leans right."""
+    total = float(img.sum())
+    ys, xs = np.indices(img.shape, dtype=np.float64)
+    cy, cx = (ys * img).sum() / total, (xs * img).sum() / total
+    var_y = ((ys - cy) ** 2 * img).sum() / total
+    return (float(((ys - cy) * (xs - cx) * img).sum() / total / var_y) if var_y > 1.0 else MNIST_SLANT), cy, cx
+
+
+def straighten(img: np.ndarray, strength: float = DESLANT) -> np.ndarray:
+    """Shear a centred 28x28 image horizontally so its slant moves `strength` of the way to MNIST_SLANT, and
+    put its centre of mass exactly at (14, 14) (bilinear, zero outside).
+
+    A flat stroke (variance of y under 1 px) has no slant to speak of and is only centred (its slant counts as MNIST's); a slant further
+    than 1 from MNIST's mean (45 degrees) is treated as 1, so a scribble is never sheared off the image."""
+    if img.sum() <= 0:
+        return img
+    s, cy, cx = slant(img)
+    a = strength * float(np.clip(s - MNIST_SLANT, -1.0, 1.0))
+    ys, xs = np.indices(img.shape, dtype=np.float64)
+    src_y = ys + cy - 14  # each output pixel reads the input here
+    src_x = xs + cx - 14 + a * (ys - 14)
+    y0, x0 = np.floor(src_y).astype(int), np.floor(src_x).astype(int)
+    wy, wx = src_y - y0, src_x - x0
+    out = np.zeros(img.shape, dtype=np.float64)
+    for dy, dx, w in ((0, 0, (1 - wy) * (1 - wx)), (0, 1, (1 - wy) * wx), (1, 0, wy * (1 - wx)), (1, 1, wy * wx)):
+        y, x = y0 + dy, x0 + dx
+        inside = (y >= 0) & (y < img.shape[0]) & (x >= 0) & (x < img.shape[1])
+        out[inside] += w[inside] * img[y[inside], x[inside]]
+    return out.astype(np.float32)
+
+
+def prepare(image: np.ndarray | torch.Tensor, *, deslant: float = 0.0) -> torch.Tensor | None:
+    """A canvas RGBA array or an MNIST-style 28x28 array -> (28, 28) float in [0, 1]. Only a canvas is
+    deslanted (`preprocess`): a 28x28 array is taken as MNIST made it."""
     arr = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
     if arr.shape == (28, 28):
         was_uint8 = arr.dtype == np.uint8
         arr = np.nan_to_num(arr.astype(np.float32))  # NaN would make every probability NaN
         arr = arr / (255.0 if was_uint8 or arr.max() > 1.0 else 1.0)
         return torch.from_numpy(np.clip(arr, 0.0, 1.0))
-    return preprocess(arr)
+    return preprocess(arr, deslant=deslant)
 
 
 def load_image(path: Path | str) -> np.ndarray:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from brnn_core.data.canvas import preprocess
+from brnn_core.data.canvas import deslant_for, preprocess
 from brnn_core.fileio import atomic_write, atomic_write_json
 
 FOLDER = "my-drawings"
@@ -102,7 +102,7 @@ def save_drawing(data_dir: Path | str, canvas: np.ndarray, label: int, classes: 
         raise DrawingError(f"label {label!r} is not a class here; use 0 to {len(classes) - 1} "
                            f"({', '.join(classes)})")
     canvas = np.asarray(canvas)
-    model_input = preprocess(canvas) if canvas.ndim == 3 else None
+    model_input = preprocess(canvas, deslant=deslant_for(classes)) if canvas.ndim == 3 else None
     if model_input is None:
         raise DrawingError("nothing to save: the canvas has no ink (or is not an RGBA canvas image). "
                            "Draw the digit first, then save it with its label.")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from brnn_core.checkpoint import Checkpoint, load_checkpoint
-from brnn_core.data.canvas import prepare
+from brnn_core.data.canvas import deslant_for, prepare
 from brnn_core.inference.explain import integrated_gradients, prefix_probabilities
 from brnn_core.model import mode
 
@@ -24,6 +24,7 @@ class Predictor:
         self.device = torch.device(device)
         self.model = checkpoint.build_model(self.device)
         self.classes = checkpoint.classes
+        self.deslant = deslant_for(self.classes)  # a drawn digit is straightened; a drawn shirt is not
 
     @classmethod
     def from_checkpoint(cls, path: Path | str | bytes, device: str | torch.device = "cpu") -> Predictor:
@@ -32,7 +33,7 @@ class Predictor:
     @torch.inference_mode()
     def predict(self, image: np.ndarray | torch.Tensor) -> np.ndarray | None:
         """Class probabilities (num_classes,), or None when the canvas is blank."""
-        x = prepare(image)
+        x = prepare(image, deslant=self.deslant)
         if x is None:
             return None
         with mode(self.model, False):
@@ -44,7 +45,7 @@ class Predictor:
 
         Each prefix is a shorter sequence read in both directions, as the model reads a whole image, so
         the last row equals `predict(image)`."""
-        x = prepare(image)
+        x = prepare(image, deslant=self.deslant)
         return None if x is None else prefix_probabilities(self.model, x)
 
     def attribution(self, image: np.ndarray | torch.Tensor, target: int | None = None) -> np.ndarray | None:
@@ -54,5 +55,5 @@ class Predictor:
         Runs backward through the LSTM in eval mode with cuDNN off for the call (see brnn_core.inference.explain)."""
         if target is not None and not 0 <= int(target) < len(self.classes):
             raise ValueError(f"target {target} is not a class of this model; use 0 to {len(self.classes) - 1}")
-        x = prepare(image)
+        x = prepare(image, deslant=self.deslant)
         return None if x is None else integrated_gradients(self.model, x, target)[0]
