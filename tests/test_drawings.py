@@ -59,7 +59,8 @@ def test_save_list_delete_round_trip(tmp_path):
     seen = to_uint8(preprocess(canvas, deslant=DESLANT))
     np.testing.assert_array_equal(np.asarray(Image.open(saved.input_path)), seen)
     meta = json.loads(saved.meta_path.read_text())
-    assert meta == {"label": 7, "class_name": "7", "classes": MNIST_CLASSES, "created": NOW, "held_out": False}
+    assert meta == {"label": 7, "class_name": "7", "classes": MNIST_CLASSES, "created": NOW, "held_out": False,
+                    "deslant": DESLANT}
 
     listing = list_drawings(tmp_path)
     assert [d.id for d in listing.drawings] == [saved.id] and not listing.warnings
@@ -68,6 +69,26 @@ def test_save_list_delete_round_trip(tmp_path):
     delete_drawing(tmp_path, saved.id)
     assert list_drawings(tmp_path).drawings == []
     assert list(drawings_dir(tmp_path).iterdir()) == []  # all three files are gone
+
+
+def test_a_drawing_saved_before_straightening_is_made_again_from_its_canvas(tmp_path):
+    """Drawings saved by a version without the slant step (no "deslant" in the .json) must not teach or score
+    a model on an input it is no longer shown: the first read remakes input.png from the canvas."""
+    canvas = drawing([SEVEN])
+    saved = save_drawing(tmp_path, canvas, 7, MNIST_CLASSES, now=NOW)
+    old_input = to_uint8(preprocess(canvas))  # what the older canvas path stored
+    Image.fromarray(old_input, "L").save(saved.input_path)
+    meta = json.loads(saved.meta_path.read_text())
+    del meta["deslant"]
+    saved.meta_path.write_text(json.dumps(meta))
+
+    straight = to_uint8(preprocess(canvas, deslant=DESLANT))
+    assert np.abs(straight.astype(int) - old_input).max() > 50  # the slant step really changes this 7
+    listing = list_drawings(tmp_path)
+    np.testing.assert_array_equal(listing.images[0], straight)
+    np.testing.assert_array_equal(np.asarray(Image.open(saved.input_path)), straight)  # saved, once
+    assert json.loads(saved.meta_path.read_text()) == {**meta, "deslant": DESLANT}
+    np.testing.assert_array_equal(list_drawings(tmp_path).images[0], straight)
 
 
 @pytest.mark.parametrize("canvas", [np.zeros((280, 280, 4), np.uint8), np.zeros((0, 0, 4), np.uint8),

@@ -4,13 +4,16 @@ Stored under `<data_dir>/my-drawings/`, three files per drawing, all named by it
 
   <id>.canvas.png   the canvas as drawn (RGBA, as the browser sent it)
   <id>.input.png    the 28x28 grey image the model saw (canvas.preprocess, 8 bit like MNIST)
-  <id>.json         {"label", "class_name", "classes", "created", "held_out"}, written last
+  <id>.json         {"label", "class_name", "classes", "created", "held_out", "deslant"}, written last
 
 The .json is what makes a drawing exist, so a save cut short leaves no half drawing in the list.
 Of each class, one drawing in HOLD_OUT_EVERY is held out (`held_out`, fixed at saving; which ones, in
 words: `held_out_ordinals`): training mixes in only the others, so accuracy on the held-out ones is an
 honest before/after.
-A damaged or foreign file in the folder is skipped with a warning, never an error.
+A damaged or foreign file in the folder is skipped with a warning, never an error. A drawing saved
+before the canvas path straightened digits (no "deslant" in its .json, or another value) has its
+input.png made again from its canvas the first time it is read, so every drawing is what the model
+is shown today.
 """
 
 from __future__ import annotations
@@ -102,7 +105,8 @@ def save_drawing(data_dir: Path | str, canvas: np.ndarray, label: int, classes: 
         raise DrawingError(f"label {label!r} is not a class here; use 0 to {len(classes) - 1} "
                            f"({', '.join(classes)})")
     canvas = np.asarray(canvas)
-    model_input = preprocess(canvas, deslant=deslant_for(classes)) if canvas.ndim == 3 else None
+    deslant = deslant_for(classes)
+    model_input = preprocess(canvas, deslant=deslant) if canvas.ndim == 3 else None
     if model_input is None:
         raise DrawingError("nothing to save: the canvas has no ink (or is not an RGBA canvas image). "
                            "Draw the digit first, then save it with its label.")
@@ -120,7 +124,8 @@ def save_drawing(data_dir: Path | str, canvas: np.ndarray, label: int, classes: 
     _write_png(drawing.canvas_path, Image.fromarray(rgba, "RGBA"))
     _write_png(drawing.input_path, Image.fromarray(to_uint8(model_input), "L"))
     atomic_write_json(drawing.meta_path, {"label": drawing.label, "class_name": drawing.class_name,
-                                          "classes": list(classes), "created": now, "held_out": drawing.held_out})
+                                          "classes": list(classes), "created": now, "held_out": drawing.held_out,
+                                          "deslant": deslant})
     return drawing
 
 
@@ -176,7 +181,24 @@ def _read(meta: Path) -> tuple[Drawing, np.ndarray]:
         image = np.asarray(img.convert("L"), dtype=np.uint8)
     if not drawing.canvas_path.is_file():
         raise ValueError(f"{drawing.canvas_path.name} is missing")
+    if info.get("deslant", 0.0) != deslant_for(classes):
+        image = _remake_input(drawing, info)
     return drawing, image
+
+
+def _remake_input(drawing: Drawing, info: dict) -> np.ndarray:
+    """The model input of a drawing saved under an older canvas path, made again from its canvas and saved
+    (input.png, then the .json that says so); kept in memory only when the folder cannot be written."""
+    deslant = deslant_for(drawing.classes)
+    with Image.open(drawing.canvas_path) as img:
+        model_input = preprocess(np.asarray(img.convert("RGBA")), deslant=deslant)
+    if model_input is None:
+        raise ValueError(f"{drawing.canvas_path.name} has no ink")
+    image = to_uint8(model_input)
+    with contextlib.suppress(OSError):
+        _write_png(drawing.input_path, Image.fromarray(image, "L"))
+        atomic_write_json(drawing.meta_path, {**info, "deslant": deslant})
+    return image
 
 
 def delete_drawing(data_dir: Path | str, drawing_id: str) -> None:
