@@ -11,7 +11,6 @@ from streamlit_drawable_canvas import st_canvas
 
 from brnn_core import charts
 from brnn_core.checkpoint import CheckpointError
-from brnn_core.data.canvas import prepare
 from brnn_core.data.drawings import (
     MIN_FOR_ACCURACY,
     DrawingError,
@@ -128,7 +127,7 @@ def draw_and_predict(predictor: Predictor) -> None:
 
     with right:
         image = np.asarray(result.image_data) if result is not None and result.image_data is not None else None
-        x = prepare(image) if image is not None else None
+        x = predictor.model_input(image) if image is not None else None
         if x is None:
             st.info("Draw a digit on the canvas to see what the model predicts.")
         else:

@@ -200,8 +200,9 @@ def test_predict_returns_probabilities_for_every_input_kind(predictor, sample):
     assert predictor.classes == [str(d) for d in range(10)]
     # A digit model reads a canvas straightened: the same as the straightened 28x28 passed in directly.
     assert predictor.deslant == DESLANT
-    straight = preprocess(inputs["canvas"], deslant=DESLANT).numpy()
-    assert np.allclose(results["canvas"], predictor.predict(straight), atol=1e-6)
+    straight = preprocess(inputs["canvas"], deslant=DESLANT)
+    assert torch.equal(predictor.model_input(inputs["canvas"]), straight)  # what the Predict page shows and passes
+    assert np.allclose(results["canvas"], predictor.predict(straight.numpy()), atol=1e-6)
 
 
 def test_predict_runs_in_eval_mode(tmp_path, sample):

@@ -9,7 +9,6 @@ from PIL import Image, ImageDraw
 from brnn_core.benchmarks.context import Context, timed
 from brnn_core.benchmarks.rows import Row, median, percentile, stat_row
 from brnn_core.checkpoint import save_checkpoint
-from brnn_core.data.canvas import prepare
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.inference.predictor import Predictor
 from brnn_core.model import BiLSTM, ModelConfig
@@ -37,7 +36,7 @@ def bench_predict(ctx: Context) -> list[Row]:
         predictor = Predictor.from_checkpoint(path, device)
         if predictor.predict(canvas) is None:
             raise RuntimeError("the synthetic canvas read as blank")
-        x = prepare(canvas, deslant=predictor.deslant)
+        x = predictor.model_input(canvas)
         timings: dict[str, list[float]] = {"predict": [], "preprocess": [], "model": []}
 
         def model_only(x=x, predictor=predictor, device=device):
@@ -45,8 +44,7 @@ def bench_predict(ctx: Context) -> list[Row]:
                 predictor.model(x.unsqueeze(0).to(device)).softmax(dim=1).cpu()
 
         steps = {"predict": lambda predictor=predictor: predictor.predict(canvas),
-                 "preprocess": lambda predictor=predictor: prepare(canvas, deslant=predictor.deslant),
-                 "model": model_only}
+                 "preprocess": lambda predictor=predictor: predictor.model_input(canvas), "model": model_only}
         for _ in range(max(5, calls // 20)):  # warm-up
             for fn in steps.values():
                 fn()
@@ -61,8 +59,8 @@ def bench_predict(ctx: Context) -> list[Row]:
                      "280x280 RGBA canvas -> probabilities, preprocessing included"),
             Row("predict", f"Predictor.predict ({where})", "latency p95", p95, "ms", reps=calls, target="< 30",
                 met="yes" if p95 < 30 else "no"),
-            stat_row("predict", "preprocess only (inference.prepare)", "latency median", timings["preprocess"], "ms",
-                     "grey, crop, resize to 20, centre of mass"),
+            stat_row("predict", "preprocess only (model_input)", "latency median", timings["preprocess"], "ms",
+                     "grey, crop, resize to 20, centre of mass, slant"),
             stat_row("predict", f"model only ({where})", "latency median", timings["model"], "ms",
                      "one 28x28 image, batch 1"),
         ]

@@ -1,6 +1,6 @@
 """A checkpoint ready to classify drawings: probabilities, the row-by-row reading, attribution.
 
-Images go through `data.canvas.prepare` first (the MNIST recipe for a drawn digit).
+Images go through `model_input` first (`data.canvas.prepare`: the MNIST recipe for a drawn digit).
 """
 
 from __future__ import annotations
@@ -30,10 +30,16 @@ class Predictor:
     def from_checkpoint(cls, path: Path | str | bytes, device: str | torch.device = "cpu") -> Predictor:
         return cls(load_checkpoint(path), device)
 
+    def model_input(self, image: np.ndarray | torch.Tensor) -> torch.Tensor | None:
+        """The (28, 28) image this model is shown for `image` (None when blank): a canvas through the MNIST
+        recipe, straightened for a digit model; a 28x28 array as it is. The Predict page shows this image and
+        passes it back, so it must come from here rather than from `prepare` with other arguments."""
+        return prepare(image, deslant=self.deslant)
+
     @torch.inference_mode()
     def predict(self, image: np.ndarray | torch.Tensor) -> np.ndarray | None:
         """Class probabilities (num_classes,), or None when the canvas is blank."""
-        x = prepare(image, deslant=self.deslant)
+        x = self.model_input(image)
         if x is None:
             return None
         with mode(self.model, False):
@@ -45,7 +51,7 @@ class Predictor:
 
         Each prefix is a shorter sequence read in both directions, as the model reads a whole image, so
         the last row equals `predict(image)`."""
-        x = prepare(image, deslant=self.deslant)
+        x = self.model_input(image)
         return None if x is None else prefix_probabilities(self.model, x)
 
     def attribution(self, image: np.ndarray | torch.Tensor, target: int | None = None) -> np.ndarray | None:
@@ -55,5 +61,5 @@ class Predictor:
         Runs backward through the LSTM in eval mode with cuDNN off for the call (see brnn_core.inference.explain)."""
         if target is not None and not 0 <= int(target) < len(self.classes):
             raise ValueError(f"target {target} is not a class of this model; use 0 to {len(self.classes) - 1}")
-        x = prepare(image, deslant=self.deslant)
+        x = self.model_input(image)
         return None if x is None else integrated_gradients(self.model, x, target)[0]
