@@ -17,7 +17,14 @@ import streamlit as st
 
 from brnn_core.checkpoint import CheckpointError
 from brnn_core.data.drawings import MIN_FOR_ACCURACY, Listing, drawing_count, folder_signature, list_drawings
-from brnn_core.inference.scores import MEMO_NAME, DrawingTensors, ScoreMemo, score_and_store, stored_accuracy
+from brnn_core.inference.scores import (
+    MEMO_NAME,
+    DrawingTensors,
+    ScoreMemo,
+    file_version,
+    score_and_store,
+    stored_accuracy,
+)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -83,11 +90,10 @@ def scores(paths: list[Path], data_dir: Path, signature: str | None = None) -> d
     out = {}
     for path in paths:
         try:
-            stat = path.stat()
+            version = file_version(path)
         except OSError:
             out[path] = None
             continue
-        version = (stat.st_mtime_ns, stat.st_size)
         known, score = memo.get(path, signature, version)
         if not known:
             known, score = stored_accuracy(path, signature)

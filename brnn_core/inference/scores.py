@@ -53,9 +53,15 @@ def score_path(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name + SCORE_SUFFIX)
 
 
-def _key(checkpoint: Path, signature: str) -> list:
+def file_version(checkpoint: Path) -> tuple[int, int]:
+    """(mtime_ns, size): what tells one version of a checkpoint file from the next, for the stored scores and
+    the ScoreMemo alike. Raises OSError when the file is gone."""
     st = checkpoint.stat()
-    return [signature, st.st_mtime_ns, st.st_size]
+    return st.st_mtime_ns, st.st_size
+
+
+def _key(checkpoint: Path, signature: str) -> list:
+    return [signature, *file_version(checkpoint)]
 
 
 def stored_accuracy(checkpoint: Path, signature: str) -> tuple[bool, tuple[float, int] | None]:
