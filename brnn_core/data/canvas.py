@@ -4,8 +4,8 @@ MNIST digits are white on black, scaled to fit a 20x20 box (aspect kept, anti-al
 placed in 28x28 with their centre of mass at the centre. A drawn digit must go through the
 same steps or the model sees something unlike anything it was trained on. A drawn digit is also
 straightened (`straighten`) most of the way to MNIST's average slant: people slant their digits more
-than MNIST's writers varied, and the straightened ones read better (bench/README.md, "Canvas path"). It lives with the
-data because the saved drawings (`drawings`) are stored as this recipe made them; the Predictor
+than MNIST's writers varied, and the straightened ones read better (bench/README.md, "Canvas path").
+It lives with the data because the saved drawings (`drawings`) are stored as this recipe made them; the Predictor
 uses the same functions.
 """
 
@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageFilter
 
+from brnn_core.data.datasets import MNIST_CLASSES
+
 BLANK_INK = 0.05  # a canvas whose brightest pixel is under 5% of full white is blank
 MIN_INK_PIXELS = 4
 # Deslanting, measured on real MNIST test digits drawn as canvas strokes (bench/canvas_path.py): a drawing's
@@ -25,7 +27,6 @@ MIN_INK_PIXELS = 4
 # letterform slants (a 7's stem) too far; digits only: clothes have no handwriting slant.
 DESLANT = 0.75
 MNIST_SLANT = -0.138
-DIGIT_CLASSES = [str(d) for d in range(10)]
 
 
 def to_grey(image: np.ndarray) -> np.ndarray:
@@ -63,7 +64,7 @@ def to_grey(image: np.ndarray) -> np.ndarray:
 
 def deslant_for(classes: list[str] | tuple[str, ...]) -> float:
     """How much of a drawing's slant to straighten for a model of these classes: DESLANT for digits, else 0."""
-    return DESLANT if [str(c) for c in classes] == DIGIT_CLASSES else 0.0
+    return DESLANT if [str(c) for c in classes] == MNIST_CLASSES else 0.0
 
 
 def preprocess(rgba: np.ndarray, *, pen: float = 0.0, deslant: float = 0.0) -> torch.Tensor | None:
@@ -128,8 +129,9 @@ def straighten(img: np.ndarray, strength: float = DESLANT) -> np.ndarray:
     """Shear a centred 28x28 image horizontally so its slant moves `strength` of the way to MNIST_SLANT, and
     put its centre of mass exactly at (14, 14) (bilinear, zero outside).
 
-    A flat stroke (variance of y under 1 px) has no slant to speak of and is only centred (its slant counts as MNIST's); a slant further
-    than 1 from MNIST's mean (45 degrees) is treated as 1, so a scribble is never sheared off the image."""
+    A flat stroke (variance of y under 1 px) has no slant to speak of and is only centred (its slant counts
+    as MNIST's); a slant further than 1 from MNIST's mean (45 degrees) is treated as 1, so a scribble is
+    never sheared off the image."""
     if img.sum() <= 0:
         return img
     s, cy, cx = slant(img)
