@@ -8,11 +8,9 @@ the canvas gives it something else: a round brush of 18-22 px on 280x280, drawn 
 and place. This set looks like canvas input and is scored through the full canvas path
 (`Predictor.predict` on the RGBA canvas: grey, crop, resize to 20, centre of mass, 28x28).
 
-How each digit is made (see `render`): one of the 500 digits of mnist-sample's test split is
-upsampled 4x, thresholded and skeletonised (scikit-image) to 1-px strokes; the stroke pixels are
-joined to their 8-neighbours and redrawn with a round brush of random width 18-22 px, after a
-random size (digit height 110-240 px), slant (shear -0.35..0.35), rotation (-12..12 degrees) and
-position on a transparent 280x280 RGBA canvas, white ink, anti-aliased (drawn at 2x, downsampled).
+How each digit is made: `brnn_core.data.strokes.render` redraws one of the 500 digits of mnist-sample's
+test split as round-brush strokes (its skeleton, a random brush width, size, slant, rotation and place on
+a 280x280 RGBA canvas, anti-aliased at 2x).
 
 No image is shared with training: the sample's test split is disjoint from its train split (the
 script checks that no test digit's bytes occur among the 4,500 training digits), and every model
@@ -29,69 +27,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-CANVAS = 280
-SUPERSAMPLE = 2
-UPSAMPLE = 4  # skeletonise at 112x112: smoother strokes than the 28x28 pixel grid gives
-STROKE_PX = (18, 22)
-HEIGHT_PX = (110, 240)
-SHEAR = 0.35
-ROTATE_DEG = 12.0
-
-
-def skeleton_points(digit: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """(P, 2) stroke pixel coordinates (y, x) on the upsampled grid, and index pairs of 8-neighbours."""
-    from skimage.morphology import skeletonize
-
-    big = Image.fromarray(digit).resize((28 * UPSAMPLE, 28 * UPSAMPLE), Image.Resampling.BICUBIC)
-    mask = np.asarray(big, dtype=np.float32) > 0.45 * 255
-    skel = skeletonize(mask)
-    ys, xs = np.nonzero(skel)
-    index = {(y, x): i for i, (y, x) in enumerate(zip(ys.tolist(), xs.tolist(), strict=True))}
-    pairs = []
-    for (y, x), i in index.items():
-        for dy, dx in ((0, 1), (1, -1), (1, 0), (1, 1)):  # each neighbour pair once
-            j = index.get((y + dy, x + dx))
-            if j is not None:
-                pairs.append((i, j))
-    return np.stack([ys, xs], axis=1).astype(np.float64), pairs
-
-
-def render(digit: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One MNIST digit (28, 28) uint8 -> a (280, 280, 4) uint8 canvas drawing of it."""
-    points, pairs = skeleton_points(digit)
-    if not len(points):
-        raise ValueError("digit has no strokes")
-    centre = (points.max(axis=0) + points.min(axis=0)) / 2
-    p = points - centre  # (P, 2) as (y, x)
-    height = max(np.ptp(p[:, 0]), 1.0)
-    scale = rng.uniform(*HEIGHT_PX) / height
-    shear, angle = rng.uniform(-SHEAR, SHEAR), np.deg2rad(rng.uniform(-ROTATE_DEG, ROTATE_DEG))
-    x = p[:, 1] - shear * p[:, 0]  # slant: the top leans right for shear > 0
-    y = p[:, 0]
-    cos, sin = np.cos(angle), np.sin(angle)
-    xy = np.stack([cos * x - sin * y, sin * x + cos * y], axis=1) * scale  # (P, 2) as (x, y), canvas px
-    width = rng.uniform(*STROKE_PX)
-    lo, hi = xy.min(axis=0) - width / 2, xy.max(axis=0) + width / 2
-    room = np.maximum(CANVAS - (hi - lo), 0)
-    xy = xy - lo + rng.uniform(0, 1, 2) * room  # a random place where the whole digit fits
-    if (hi - lo).max() > CANVAS:  # too big for the canvas at this slant: shrink about its centre
-        xy = (xy - xy.mean(axis=0)) * (CANVAS - width) / (hi - lo).max() + CANVAS / 2
-    s = SUPERSAMPLE
-    img = Image.new("RGBA", (CANVAS * s, CANVAS * s), (0, 0, 0, 0))
-    draw = ImageDraw.Draw(img)
-    r = width * s / 2
-    pts = [(float(a) * s, float(b) * s) for a, b in xy]
-    for i, j in pairs:
-        draw.line([pts[i], pts[j]], fill=(255, 255, 255, 255), width=round(width * s))
-    for a, b in pts:  # round brush: a disc at every stroke point closes joints and caps
-        draw.ellipse([a - r, b - r, a + r, b + r], fill=(255, 255, 255, 255))
-    return np.asarray(img.resize((CANVAS, CANVAS), Image.Resampling.LANCZOS))
+from brnn_core.data.strokes import CANVAS, render  # noqa: E402
 
 
 def bench_digits() -> tuple[np.ndarray, np.ndarray]:

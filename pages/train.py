@@ -120,6 +120,9 @@ with left:
         field("augment", st.selectbox, label="Augmentation (training images only)", options=list(AUGMENT_LEVELS),
               disabled=active, format_func=lambda a: f"auto: {resolve_augment(a, form['dataset'])} for this dataset"
               if a == "auto" else a)
+        preset("drawn_share", form.setdefault("drawn_share", defaults.drawn_share))
+        field("drawn_share", st.number_input, label="Share of digits also drawn as canvas strokes", step=0.1,
+              format="%.2f", disabled=active)
     with st.expander("Advanced"):
         for name, label in (("seed", "Seed"), ("log_interval", "Log every N steps"),
                             ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)")):

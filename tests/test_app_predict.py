@@ -61,9 +61,9 @@ def test_damaged_checkpoint_shows_an_error_not_a_traceback(dirs, finished):
 # ------------------------------------------------------------------ my drawings
 def save_rendered(data_dir, sample, n: int) -> list:
     """n canvas-like drawings of real training digits (bench/drawn_digits.py's brush), saved with labels."""
-    from bench.drawn_digits import render
     from brnn_core.data.datasets import MNIST_CLASSES
     from brnn_core.data.drawings import save_drawing
+    from brnn_core.data.strokes import render
 
     rng = np.random.default_rng(0)
     return [save_drawing(data_dir, render(sample.train_x[k].numpy(), rng), int(sample.train_y[k]), MNIST_CLASSES,

@@ -12,7 +12,6 @@ from helpers import SMALL_MODEL, run_cli, train_run
 from PIL import Image
 from test_inference import SEVEN, drawing
 
-from bench.drawn_digits import render
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import ConfigError, TrainConfig
 from brnn_core.data.canvas import DESLANT, preprocess
@@ -29,6 +28,7 @@ from brnn_core.data.drawings import (
     save_drawing,
     to_uint8,
 )
+from brnn_core.data.strokes import render
 from brnn_core.inference.scores import DrawingTensors, checkpoint_accuracy
 from brnn_core.training.engine import evaluate
 from brnn_core.training.reports import read_report

@@ -19,7 +19,7 @@ from brnn_core.data.drawings import MIN_FOR_ACCURACY, as_tensors, drawings_dir, 
 
 MIN_TO_TEACH = MIN_FOR_ACCURACY  # saved drawings of the checkpoint's classes before Teach it is offered
 INHERITED = ("hidden_size", "num_layers", "head", "dropout", "batch_size", "optimizer", "momentum", "weight_decay",
-             "grad_clip", "seed", "val_fraction", "augment", "lr_schedule", "amp", "device")
+             "grad_clip", "seed", "val_fraction", "augment", "drawn_share", "lr_schedule", "amp", "device")
 
 
 class TeachError(ValueError):

@@ -27,7 +27,8 @@ import psutil
 import torch
 
 from brnn_core.checkpoint import CheckpointError, load_checkpoint
-from brnn_core.config import LIVE_FIELDS, TrainConfig, resolve_augment
+from brnn_core.config import LIVE_FIELDS, TrainConfig, resolve_augment, resolve_drawn_share
+from brnn_core.data.as_drawn import drawn_copies
 from brnn_core.data.batching import split_train_val
 from brnn_core.data.datasets import DatasetError
 from brnn_core.data.loading import load_dataset
@@ -47,7 +48,7 @@ from brnn_core.training.threads import ThreadKeeper, release_claim
 from brnn_core.training.warmstart import begin_from, drop_start_copy
 
 # What a run made before a setting existed trained with (its config.json lacks the key): resumed as it was.
-PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit"}
+PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0}
 
 
 def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
@@ -138,11 +139,20 @@ def prepare_device(cfg: TrainConfig) -> torch.device:
 
 
 def load_splits(cfg: TrainConfig, data_dir: Path, device: torch.device, progress: Callable[[str], None]) -> Splits:
-    """Load the dataset, hold out the validation split, and move the pieces to the device."""
+    """Load the dataset, hold out the validation split, and move the pieces to the device.
+
+    The training split has `drawn_share` of its digits as the canvas draws them (`as_drawn`); validation
+    and test keep the dataset's own images, so their accuracy means what it always meant."""
     ds = load_dataset(cfg.dataset, data_dir, progress=progress)
     train_idx, val_idx = split_train_val(len(ds.train_y), cfg.val_fraction, cfg.seed)
+    train_x = ds.train_x
+    share = resolve_drawn_share(cfg.drawn_share, cfg.dataset)
+    if share > 0:
+        drawn_idx, drawn = drawn_copies(ds.train_x, share, data_dir, progress=progress)
+        train_x = ds.train_x.clone()
+        train_x[drawn_idx] = drawn
     # Split on the host and move only the pieces; the full training tensors are dropped with `ds`.
-    tensors = (ds.train_x[train_idx], ds.train_y[train_idx], ds.train_x[val_idx], ds.train_y[val_idx],
+    tensors = (train_x[train_idx], ds.train_y[train_idx], ds.train_x[val_idx], ds.train_y[val_idx],
                ds.test_x, ds.test_y)
     return Splits(*(t.to(device) for t in tensors), classes=ds.classes, source=ds.source)
 
@@ -175,7 +185,8 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
         config["start_val_acc"] = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size).accuracy
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
-                  classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset))
+                  classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset),
+                  drawn_share=resolve_drawn_share(cfg.drawn_share, cfg.dataset))
     atomic_write_json(run.config_path, config)
     recorder = Recorder(run, cfg, model, optimizer, classes=splits.classes, settings=settings, start=start,
                         steps_per_epoch=math.ceil(len(splits.train_y) / cfg.batch_size), printer=printer,

@@ -1,0 +1,88 @@
+"""Training digits as the canvas would give them: a fixed share of a digit dataset's training images,
+redrawn with a round brush (`strokes.render`) and put through the canvas path (`canvas.preprocess`).
+
+Why: the model learns MNIST's pen, then is judged on canvas drawings (one hard brush width, any size and
+slant, straightened by the canvas path). Training on some of its own digits drawn that way closes most of
+that gap at no cost per step: measured in bench/README.md ("Handwriting"), with the real MNIST test digits
+unchanged. Digits only: a shirt drawn as pen strokes is not what a clothes model sees.
+
+The renderings depend only on the dataset's images and the share, not on the run: they are made once
+(about 5 ms a digit on one core) and kept in a cache file that every later run, sweep trial and Teach it
+reads. Which images are redrawn is fixed by the dataset too, so a run's validation split, drawn from the
+same indices, simply uses the original of any redrawn digit (`load_splits` in the worker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from brnn_core.data import canvas, strokes
+from brnn_core.fileio import atomic_write
+
+VERSION = 1  # bump when the drawing or the canvas path changes: old cache files are then ignored
+PICK_SEED = 5  # which images are redrawn; fixed, so every run of a dataset shares one cache file
+DRAW_SEED = 123
+
+
+def cache_dir(data_dir: Path) -> Path:
+    """Where renderings are kept: $BRNN_CACHE_DIR (shared by test sessions and machines' users) or <data>/cache."""
+    return Path(os.environ.get("BRNN_CACHE_DIR") or Path(data_dir) / "cache")
+
+
+def picked(n: int, share: float) -> torch.Tensor:
+    """Indices (sorted) of the `share` of n training images that are redrawn: a function of (n, share) only."""
+    chosen = np.random.default_rng(PICK_SEED).random(n) < share
+    return torch.from_numpy(np.flatnonzero(chosen))
+
+
+def draw(images: np.ndarray, seed: int = DRAW_SEED, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """(N, 28, 28) uint8 digits -> the same digits drawn on the canvas and prepared as the Predictor does."""
+    rng = np.random.default_rng(seed)
+    out = np.empty_like(images)
+    for k, digit in enumerate(images):
+        if progress is not None and k % 500 == 0:
+            progress(k, len(images))
+        try:
+            x = canvas.preprocess(strokes.render(digit, rng, supersample=1), deslant=canvas.DESLANT)
+        except ValueError:  # no strokes survive the skeleton (a blank or dot-sized digit): keep the original
+            x = None
+        out[k] = digit if x is None else np.round(x.numpy() * 255).astype(np.uint8)
+    return out
+
+
+def drawn_copies(train_x: torch.Tensor, share: float, data_dir: Path,
+                 progress: Callable[[str], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices into train_x, their drawn versions (K, 28, 28) uint8): read from the cache, or drawn and cached."""
+    idx = picked(len(train_x), share)
+    if not len(idx):
+        return idx, train_x[:0]
+    images = train_x[idx].numpy()
+    key = hashlib.sha1(images.tobytes()).hexdigest()[:16]
+    path = cache_dir(data_dir) / f"as-drawn-v{VERSION}-{key}.npy"
+    try:
+        cached = np.load(path)
+        if cached.shape == images.shape and cached.dtype == np.uint8:
+            return idx, torch.from_numpy(cached)
+    except (OSError, ValueError):
+        pass  # missing or torn (a writer killed mid-way cannot leave one: atomic_write); draw again
+
+    def say(k: int, n: int) -> None:
+        if progress is not None:
+            progress(f"drawing {n:,} training digits as canvas strokes, once for this dataset: {k:,}/{n:,}")
+
+    drawn = draw(images, progress=say)
+    blob = io.BytesIO()
+    np.save(blob, drawn)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda fh: fh.write(blob.getvalue()))
+    except OSError:
+        pass  # a read-only or full disk only costs drawing them again next time
+    return idx, torch.from_numpy(drawn)
