@@ -14,7 +14,9 @@ a 280x280 RGBA canvas, anti-aliased at 2x).
 
 No image is shared with training: the sample's test split is disjoint from its train split (the
 script checks that no test digit's bytes occur among the 4,500 training digits), and every model
-here trains on the train split only. Numbers go to bench/README.md ("Drawn digits").
+here trains on the train split only. Training does see other digits drawn by the same renderer
+(`drawn_share`, brnn_core/data/as_drawn.py), so this bench also rewards learning this renderer's brush:
+read it next to bench/canvas_path.py and bench/letterforms.py. Numbers go to bench/README.md ("Drawn digits").
 """
 
 from __future__ import annotations
