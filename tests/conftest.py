@@ -47,7 +47,7 @@ def _one_torch_thread():
 @pytest.fixture(scope="session", autouse=True)
 def _one_drawing_cache(tmp_path_factory):
     """One cache of training digits drawn as canvas strokes (brnn_core.data.as_drawn) for the whole session:
-    every run of the default recipe on mnist-sample uses the same 1,404 drawings, made once (about 7 s)
+    every run of the default recipe on mnist-sample uses the same drawings of 1,404 digits, made once (about 10 s)
     instead of once per test's data folder. Workers inherit it through the environment."""
     before = os.environ.get("BRNN_CACHE_DIR")
     os.environ["BRNN_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))

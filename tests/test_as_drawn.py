@@ -41,6 +41,24 @@ def test_drawn_digits_look_like_prepared_canvas_drawings(sample):
     assert np.array_equal(drawn[0], np.round(first.numpy() * 255).astype(np.uint8))
 
 
+def _ring(filled: bool) -> np.ndarray:
+    """A 28x28 '6'-like digit: a stem and a loop drawn with a 2 px pen, the loop open or filled in."""
+    yy, xx = np.mgrid[:28, :28]
+    r = np.hypot(yy - 17, xx - 13)
+    ink = (np.abs(r - 5) < 1.0) | (filled & (r < 5))
+    ink |= (np.abs(xx - 8.5) < 1.0) & (yy > 4) & (yy < 17)  # the stem
+    return (ink * 255).astype(np.uint8)
+
+
+def test_a_digit_with_a_filled_in_loop_is_kept_as_written():
+    open_six, solid_six = _ring(False), _ring(True)
+    assert as_drawn.strokes.unexplained_ink(open_six) < 0.05
+    assert as_drawn.strokes.unexplained_ink(solid_six) > as_drawn.MAX_UNEXPLAINED  # its skeleton has no loop
+    drawn = as_drawn.draw(np.stack([open_six, solid_six]))
+    assert not np.array_equal(drawn[0], open_six) and np.array_equal(drawn[1], solid_six)
+    assert as_drawn.strokes.unexplained_ink(np.zeros((28, 28), np.uint8)) == 1.0  # blank: nothing to redraw
+
+
 def test_drawn_copies_are_drawn_once_and_then_read_from_the_cache(sample, tmp_path, monkeypatch):
     monkeypatch.delenv("BRNN_CACHE_DIR", raising=False)
     train_x = sample.train_x[:60]

@@ -26,7 +26,8 @@ import torch
 from brnn_core.data import canvas, strokes
 from brnn_core.fileio import atomic_write
 
-VERSION = 1  # bump when the drawing or the canvas path changes: old cache files are then ignored
+VERSION = 2  # bump when the drawing or the canvas path changes: old cache files are then ignored
+MAX_UNEXPLAINED = 0.1  # a digit with more ink off its skeleton (a filled-in loop) is kept as written
 PICK_SEED = 5  # which images are redrawn; fixed, so every run of a dataset shares one cache file
 DRAW_SEED = 123
 
@@ -49,10 +50,9 @@ def draw(images: np.ndarray, seed: int = DRAW_SEED, progress: Callable[[int, int
     for k, digit in enumerate(images):
         if progress is not None and k % 500 == 0:
             progress(k, len(images))
-        try:
+        x = None  # keep the original where a redrawing would not be the same digit
+        if strokes.unexplained_ink(digit) <= MAX_UNEXPLAINED:
             x = canvas.preprocess(strokes.render(digit, rng, supersample=1), deslant=canvas.DESLANT)
-        except ValueError:  # no strokes survive the skeleton (a blank or dot-sized digit): keep the original
-            x = None
         out[k] = digit if x is None else np.round(x.numpy() * 255).astype(np.uint8)
     return out
 

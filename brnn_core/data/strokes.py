@@ -26,13 +26,35 @@ SHEAR = 0.35
 ROTATE_DEG = 12.0
 
 
-def skeleton_points(digit: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """(P, 2) stroke pixel coordinates (y, x) on the upsampled grid, and index pairs of 8-neighbours."""
+def ink_and_skeleton(digit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The digit's ink on the upsampled grid (bool (112, 112)) and its 1-px skeleton (same shape)."""
     from skimage.morphology import skeletonize  # scikit-image loads in about a second: only when drawing
 
     big = Image.fromarray(digit).resize((28 * UPSAMPLE, 28 * UPSAMPLE), Image.Resampling.BICUBIC)
     mask = np.asarray(big, dtype=np.float32) > 0.45 * 255
-    skel = skeletonize(mask)
+    return mask, skeletonize(mask)
+
+
+def unexplained_ink(digit: np.ndarray) -> float:
+    """Share of the digit's ink farther from its skeleton than the pen's half-width (+1.5 px).
+
+    Near 0 for a digit written with one pen; high (over 0.1 for about 4 % of mnist-sample's, mostly 6, 2
+    and 8) where the writer filled a loop in: the skeleton of a blob is a line, so a redrawing would lose
+    the loop. The pen is the 30th percentile of the ink's half-width along the skeleton, not the median,
+    which a large blob would pull up."""
+    from scipy.ndimage import distance_transform_edt
+
+    mask, skel = ink_and_skeleton(digit)
+    if not skel.any():
+        return 1.0
+    half_width = float(np.percentile(distance_transform_edt(mask)[skel], 30))  # the pen, not the blob
+    near = distance_transform_edt(~skel) <= half_width + 1.5
+    return float((mask & ~near).sum() / mask.sum())
+
+
+def skeleton_points(digit: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """(P, 2) stroke pixel coordinates (y, x) on the upsampled grid, and index pairs of 8-neighbours."""
+    _, skel = ink_and_skeleton(digit)
     ys, xs = np.nonzero(skel)
     index = {(y, x): i for i, (y, x) in enumerate(zip(ys.tolist(), xs.tolist(), strict=True))}
     pairs = []
