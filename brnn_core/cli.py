@@ -241,6 +241,11 @@ class ProgressPrinter:
                   f"val loss {info['val_loss']:.4f}  val acc {100 * info['val_acc']:.2f}%", flush=True)
         elif kind == "test":
             print(f"test: loss {info['loss']:.4f}  accuracy {100 * info['accuracy']:.2f}%", flush=True)
+        elif kind == "loading":  # before the first step: reading, downloading, drawing digits (one line per 5 s)
+            now = time.monotonic()
+            if now - self.last >= 5.0:
+                self.last = now
+                print(info["message"], flush=True)
 
 
 # ---------------------------------------------------------------- evaluate / predict

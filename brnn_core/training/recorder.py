@@ -28,7 +28,7 @@ CHECKPOINT_EVERY_S = 30.0  # also save last.pt this often mid-epoch, so a kill l
 SKIP_WARN_FRACTION = 0.5  # fp16: warn when more than this share of a log window's steps were skipped
 SKIP_WARN_EVERY = 500  # ... at most once per this many steps
 
-Printer = Callable[[str, dict], None]  # (kind: log | epoch | test, info): the CLI's progress line
+Printer = Callable[[str, dict], None]  # (kind: loading | log | epoch | test, info): the CLI's progress line
 
 
 @dataclass

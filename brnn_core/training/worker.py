@@ -169,7 +169,11 @@ def _train(run: Run, data_dir: Path, resume: bool, printer: Printer,
     for stale in run.checkpoint_dir.glob(".*.tmp"):  # left by a worker killed while saving; only we write here
         with contextlib.suppress(OSError):
             stale.unlink()
-    splits = load_splits(cfg, data_dir, device, progress=lambda msg: run.write_status(message=msg))
+    def loading(message: str) -> None:  # the page shows it from status.json, the CLI prints it
+        run.write_status(message=message)
+        printer("loading", {"message": message})
+
+    splits = load_splits(cfg, data_dir, device, progress=loading)
     torch.manual_seed(cfg.seed)
     model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
