@@ -47,11 +47,16 @@ def no_ray_left(watch: Descendants) -> None:
     poll(lambda: not watch.alive(), 90, f"Ray processes {watch.alive()} to end after the sweep")
 
 
-def test_fifo_sweep_records_trials_as_runs_and_prunes_last_pt(runs_dir, data_dir, tmp_path):
+def test_fifo_sweep_records_trials_as_runs_and_prunes_last_pt(runs_dir, data_dir, tmp_path, monkeypatch):
+    cache = tmp_path / "fresh-cache"  # no training digits drawn as canvas strokes yet
+    monkeypatch.setenv("BRNN_CACHE_DIR", str(cache))
     code, out, watch = run_sweep([*TINY, "--set", "epochs=2", "--search", "lr=grid:0.01,0.003,0.001",
                                   "--concurrency", "2", "--keep-best", "1", "--name", "fifo test"],
                                  runs_dir, data_dir, tmp_path / "sweep.log")
     assert code == 0, out
+    # the driver drew them once, before any trial started; the trials read its cache file
+    assert out.count("drawing 1,404 training digits as canvas strokes, once for this dataset: 0/") == 1, out
+    [drawn] = cache.glob("as-drawn-v*.npy")
     sweep = the_sweep(runs_dir)
     info = sweep.info()
     assert "fifo-test" in sweep.id and info["name"] == "fifo test"
@@ -88,6 +93,8 @@ def test_fifo_sweep_records_trials_as_runs_and_prunes_last_pt(runs_dir, data_dir
     # two at a time: some trials trained side by side
     spans = sorted((r.status()["started"], r.status()["ended"]) for r in trials.values())
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), spans
+    assert drawn.stat().st_mtime < spans[0][0] and len(list(cache.iterdir())) == 1
+    assert all(r.config()["drawn_share"] == 0.3 for r in trials.values())
     no_ray_left(watch)
 
 
