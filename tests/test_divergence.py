@@ -54,7 +54,8 @@ def test_sgd_at_lr_10_ends_diverged_with_what_to_change(tmp_path):
 @pytest.mark.slow
 def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
     run, state = train_run(tmp_path / "runs", tmp_path / "data", optimizer="sgd", lr=1.0, hidden_size=32,
-                           epochs=1, augment="off", lr_schedule="constant", input_scale="unit")  # the blog's recipe
+                           epochs=1, augment="off", lr_schedule="constant", input_scale="unit",
+                           drawn_share=0.0)  # the blog's recipe
     assert state == "finished"
     good = load_checkpoint(run.last_ckpt)
     assert good.step == 41 and good.metrics["val_acc"] > 0.2  # learnt something (chance is 0.1)
