@@ -26,9 +26,8 @@ import sys
 import time
 import uuid
 from importlib.metadata import PackageNotFoundError, version
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import psutil
@@ -36,6 +35,9 @@ import psutil
 from brnn_core import __version__
 from brnn_core.fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
 from brnn_core.states import ACTIVE_STATES, State
+
+if TYPE_CHECKING:
+    from brnn_core.config import TrainConfig
 
 METRIC_COLUMNS = ["step", "epoch", "split", "loss", "accuracy", "lr", "samples_per_s", "elapsed_s"]
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
