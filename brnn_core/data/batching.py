@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+
+
 def split_train_val(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices of the training and validation parts of a training set (fixed by seed)."""
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))

@@ -20,11 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from brnn_core.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from brnn_core.checkpoint import Checkpoint, load_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import DATASETS
-from brnn_core.runs.rundir import new_run_config
-from brnn_core.runs.rundir import Run, RunError, create_run, resolve_run
+from brnn_core.runs.rundir import Run, RunError, create_run, new_run_config, resolve_run
 
 BRANCH_CHECKPOINTS = ("last", "best")
 ARCHITECTURE_FIELDS = ("hidden_size", "num_layers", "head", "input_scale")  # the checkpoint's weights fix these

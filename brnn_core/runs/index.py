@@ -13,6 +13,7 @@ and the duration of an active run (it grows with the clock).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -278,11 +279,10 @@ class RunIndex:
             return
         if time.monotonic() - self._stored_at < STORE_EVERY_S and self._stored_at:
             return
-        try:
+        # a read-only runs folder: every new server reads the runs again, as without a store
+        with contextlib.suppress(OSError):
             index_store.save(self.store, self.runs_dir, {n: e.to_dict() for n, e in self._entries.items()
                                                          if e.settled and not e.active})
-        except OSError:
-            pass  # a read-only runs folder: every new server reads the runs again, as without a store
         self._stored_generation, self._stored_at = self._generation, time.monotonic()
 
     def _memoised(self, name: str, entries: list[tuple[str, Entry]], build):
