@@ -13,17 +13,29 @@ from helpers import REPO, app_test, fake_finished_run, texts
 
 from brnn_core.runs.rundir import RunError, delete_run, resolve_run, validate_run_id
 
-SKIP_DIRS = {".venv", ".git", "data", "runs", "node_modules", "__pycache__", ".ruff_cache", ".pytest_cache"}
+# The user's folders at the repository root only (brnn_core/data and brnn_core/runs are code); caches anywhere.
+SKIP_AT_ROOT = {".git", "data", "runs"}
+SKIP_ANYWHERE = {"node_modules", "__pycache__", ".ruff_cache", ".pytest_cache"}
+# Where a file read from disk may have been replaced by someone else: the safe flag is written out in place.
+APP_CODE = ("brnn_core", "ui", "pages", "streamlit_app.py")
 
 
 def repo_python_files() -> list[Path]:
     out = []
     for path in REPO.rglob("*.py"):
-        parts = set(path.relative_to(REPO).parts[:-1])
-        if not parts & SKIP_DIRS and not any(p.startswith(".venv") for p in parts):
+        parts = path.relative_to(REPO).parts[:-1]
+        if parts and (parts[0] in SKIP_AT_ROOT or parts[0].startswith(".venv")):
+            continue
+        if not set(parts) & SKIP_ANYWHERE:
             out.append(path)
     assert len(out) > 10, out
     return sorted(out)
+
+
+def test_the_scan_reads_every_package_folder():
+    scanned = {p.relative_to(REPO).as_posix() for p in repo_python_files()}
+    for name in ("brnn_core/data/as_drawn.py", "brnn_core/runs/rundir.py", "brnn_core/cli.py", "tests/helpers.py"):
+        assert name in scanned, f"{name} is outside the security scan: check SKIP_AT_ROOT/SKIP_ANYWHERE"
 
 
 def _calls(tree: ast.AST):
@@ -50,12 +62,18 @@ def test_streamlit_config_binds_localhost_with_xsrf_on():
     assert cfg.get("browser", {}).get("gatherUsageStats") is False
 
 
-def unsafe_loads(tree: ast.AST, in_tests: bool) -> list[str]:
+def unsafe_loads(tree: ast.AST, in_tests: bool, in_app: bool = False) -> list[str]:
     """Application code: weights_only=True, always. Tests may show that a payload is live with an
-    explicit, visible weights_only=False (a control); a torch.load relying on the default fails anywhere."""
+    explicit, visible weights_only=False (a control); a torch.load relying on the default fails anywhere.
+    np.load never allows pickles; in application code it says allow_pickle=False where it reads."""
     found = []
     for call in _calls(tree):
         name = _dotted(call.func)
+        if name in ("np.load", "numpy.load"):
+            flag = next((k.value for k in call.keywords if k.arg == "allow_pickle"), None)
+            value = flag.value if isinstance(flag, ast.Constant) else ("absent" if flag is None else "not a constant")
+            if not (value is False or (value == "absent" and not in_app)):
+                found.append(f"{call.lineno} {name} allow_pickle={value}")
         if name in ("torch.load", "load") and (name == "torch.load" or _imports_torch_load(tree)):
             flag = next((k.value for k in call.keywords if k.arg == "weights_only"), None)
             value = flag.value if isinstance(flag, ast.Constant) else "not a constant"
@@ -71,7 +89,7 @@ def _imports_torch_load(tree: ast.AST) -> bool:
                for n in ast.walk(tree))
 
 
-def shell_calls(tree: ast.AST, in_tests: bool) -> list[str]:
+def shell_calls(tree: ast.AST, in_tests: bool, in_app: bool = False) -> list[str]:
     found = []
     for call in _calls(tree):
         name = _dotted(call.func)
@@ -91,12 +109,13 @@ def _scan(check) -> list[str]:
     for path in repo_python_files():
         rel = path.relative_to(REPO)
         tree = ast.parse(path.read_text(), str(path))
-        offenders += [f"{rel}:{hit}" for hit in check(tree, "tests" in rel.parts)]
+        offenders += [f"{rel}:{hit}" for hit in check(tree, "tests" in rel.parts, rel.parts[0] in APP_CODE)]
     return offenders
 
 
 def test_every_torch_load_is_weights_only():
-    assert not _scan(unsafe_loads), "torch.load without weights_only=True, or raw unpickling"
+    offenders = _scan(unsafe_loads)
+    assert not offenders, f"torch.load without weights_only=True, an np.load that may unpickle, or pickle: {offenders}"
 
 
 def test_no_shell_commands_anywhere():
@@ -112,9 +131,20 @@ def test_no_shell_commands_anywhere():
     ("import torch\ntorch.load(p, weights_only=True)", False, 0),
     ("from torch import load\nload(p)", False, 1),
     ("import pickle\npickle.loads(b)", False, 1),
+    ("import numpy as np\nnp.load(p, allow_pickle=True)", True, 1),
+    ("import numpy as np\nnp.load(p, allow_pickle=flag)", False, 1),
+    ("import numpy as np\nnp.load(p)", False, 0),
 ])
 def test_the_load_scanner_catches_unsafe_loads(source, in_tests, hits):
     assert len(unsafe_loads(ast.parse(source), in_tests)) == hits
+
+
+@pytest.mark.parametrize(("source", "hits"), [
+    ("import numpy as np\nnp.load(p)", 1), ("import numpy\nnumpy.load(p)", 1),
+    ("import numpy as np\nnp.load(p, allow_pickle=False)", 0),
+])
+def test_application_code_says_allow_pickle_false(source, hits):
+    assert len(unsafe_loads(ast.parse(source), False, in_app=True)) == hits
 
 
 @pytest.mark.parametrize(("source", "hits"), [

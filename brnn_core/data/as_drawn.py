@@ -67,7 +67,7 @@ def drawn_copies(train_x: torch.Tensor, share: float, data_dir: Path,
     key = hashlib.sha1(images.tobytes()).hexdigest()[:16]
     path = cache_dir(data_dir) / f"as-drawn-v{VERSION}-{key}.npy"
     try:
-        cached = np.load(path)
+        cached = np.load(path, allow_pickle=False)
         if cached.shape == images.shape and cached.dtype == np.uint8:
             return idx, torch.from_numpy(cached)
     except (OSError, ValueError):
