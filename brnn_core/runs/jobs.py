@@ -46,8 +46,9 @@ def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False
     env = worker_environ(os.environ, data_dir)
     with open(run.path / "worker.log", "ab") as log:
         proc = subprocess.Popen(worker_command(run.path, resume=resume), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                cwd=str(Path(__file__).resolve().parents[2]))
+                                # in the caller's folder: the child imports brnn_core as installed, or
+                                # from the checkout the dashboard (`make run`) starts in
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=None)
     try:
         started = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:

@@ -19,8 +19,6 @@ from brnn_core.sweep.plan import SweepRequest, plan_sweep
 from brnn_core.sweep.records import RESUMABLE, Sweep, active_sweeps, sweeps_dir
 from brnn_core.sweep.space import SweepError
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def request_args(request: SweepRequest) -> list[str]:
     """The CLI options for a request (what a user would type to run the same sweep)."""
@@ -41,8 +39,9 @@ def spawn_driver(sweep: Sweep, args: list[str]) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "brnn_core", "sweep", *args]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "BRNN_PROGRESS": "plain"}
     with open(sweep.log_path, "ab") as log:
+        # in the caller's folder, like a run's worker (runs.jobs.spawn_worker)
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=str(REPO), start_new_session=True)
+                                cwd=None, start_new_session=True)
 
 
 def spawn_sweep(runs_dir: Path, data_dir: Path, request: SweepRequest) -> tuple[str, subprocess.Popen]:
