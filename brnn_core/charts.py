@@ -81,13 +81,22 @@ def epoch_table(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+MAX_EPOCH_TICKS = 10
+
+
+def whole_epochs(fig: go.Figure, epochs: int) -> None:
+    """A tick every 1, 2, 5, 10, ... epochs, at most MAX_EPOCH_TICKS: one per epoch runs together after a dozen."""
+    step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if epochs / s <= MAX_EPOCH_TICKS)
+    fig.update_xaxes(dtick=step, tick0=0 if step > 1 else 1)
+
+
 def epoch_loss_figure(metrics: pd.DataFrame, *, revision: str = "epoch") -> go.Figure:
     fig = _figure("Loss per epoch", revision, x_title="epoch", y_title="loss")
     table = epoch_table(metrics)
     if len(table):
         fig.add_scatter(x=table["epoch"], y=table["train_loss"], name="train", mode="lines+markers")
         fig.add_scatter(x=table["epoch"], y=table["val_loss"], name="validation", mode="lines+markers")
-    fig.update_xaxes(dtick=1)
+    whole_epochs(fig, int(table["epoch"].max()) if len(table) else 1)
     return note_if_empty(fig, "appears after the first epoch")
 
 
@@ -97,7 +106,7 @@ def accuracy_figure(metrics: pd.DataFrame, *, revision: str = "acc") -> go.Figur
     if len(table):
         fig.add_scatter(x=table["epoch"], y=100 * table["val_acc"], name="validation", mode="lines+markers",
                         line=dict(color="rgb(44,160,44)"))
-    fig.update_xaxes(dtick=1)
+    whole_epochs(fig, int(table["epoch"].max()) if len(table) else 1)
     return note_if_empty(fig, "appears after the first epoch")
 
 

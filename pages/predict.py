@@ -21,10 +21,11 @@ from brnn_core.data.drawings import (
     save_drawing,
 )
 from brnn_core.inference.predictor import Predictor
-from brnn_core.inference.uploads import UploadError, save_upload
+from brnn_core.inference.uploads import UPLOADS_FOLDER, UploadError, save_upload
 from ui import drawings as my
 from ui.common import flash, folders, run_index, short_id, show_flashes
 from ui.navigation import ensure_navigation
+from ui.state import pick_checkpoint, picked_checkpoint
 from ui.teach import teach_panel
 
 ensure_navigation()
@@ -57,34 +58,64 @@ def checkpoint_labels() -> dict[str, str]:
     return {str(c.path): label(c) for c in choices}
 
 
-choices = checkpoint_labels()
-side = st.sidebar
-side.subheader("Checkpoint")
-upload = side.file_uploader("…or upload a .pt / .ckpt file", type=["pt", "ckpt", "pth"],
-                            help="A checkpoint from this dashboard, or a bare state_dict like the blog's model.ckpt.")
-path = None
-if upload is not None:
+def upload_checkpoint(side) -> tuple[str, str] | None:
+    """(stored path, the user's file name) of a checkpoint file uploaded in the sidebar, None without one."""
+    upload = side.file_uploader("Or use a checkpoint file of your own (.pt / .ckpt)", type=["pt", "ckpt", "pth"],
+                                help="A checkpoint from this dashboard, or a bare state_dict like the blog's "
+                                     "model.ckpt. While one is uploaded it is used instead of the run checkpoint "
+                                     "above; remove it (×) to go back.")
+    if upload is None:
+        return None
     try:  # stored by content hash under runs/.uploads: the browser's file name is never a path
-        path = str(save_upload(runs_dir, upload.getvalue(), upload.name, max_bytes=MAX_UPLOAD_MB * 2**20))
-        side.caption(f"Using the uploaded {upload.name}.")
+        return str(save_upload(runs_dir, upload.getvalue(), upload.name, max_bytes=MAX_UPLOAD_MB * 2**20)), upload.name
     except (UploadError, OSError) as exc:
         side.error(f"Upload refused: {exc}")
-if path is None:
+        return None
+
+
+def run_checkpoint_picker(side, choices: dict[str, str], *, disabled: bool) -> str | None:
+    """The run checkpoint picker. It shows the picked checkpoint (ui.state), which buttons elsewhere set
+    ("Open best in Predict", Teach it), and a choice made here becomes the picked one."""
     if not choices:
-        st.info("No checkpoint yet. Train a model on the **Train** page, or upload a checkpoint in the sidebar.")
-        st.stop()
-    wanted = st.session_state.pop("predict_checkpoint", None)  # "Open best in Predict" on the Sweep page
-    if wanted in choices:
-        st.session_state["ckpt_choice"] = wanted
-    # Options are paths (labels change when a score appears): the choice survives a new drawing.
-    path = side.selectbox("Run checkpoint", list(choices), key="ckpt_choice", format_func=choices.get,
+        side.caption("No run checkpoint yet: train a model on the **Train** page.")
+        return None
+    options = list(choices)
+    wanted = picked_checkpoint()
+    if wanted and wanted not in choices and Path(wanted).is_file() and not wanted.startswith(uploads_root):
+        options.insert(0, wanted)  # e.g. a checkpoint newer than the listing, or past its first PICKER_CHECKPOINTS
+    if wanted not in options:
+        wanted = options[0]
+    st.session_state["ckpt_choice"] = wanted  # set before the widget: the picker shows what was picked
+    path = side.selectbox("Run checkpoint", options, key="ckpt_choice", disabled=disabled,
+                          format_func=lambda p: choices.get(p) or f"{Path(p).parent.parent.name} · {Path(p).stem}",
+                          on_change=lambda: pick_checkpoint(st.session_state["ckpt_choice"]),
                           help=f"With {MIN_FOR_ACCURACY} or more saved drawings, each checkpoint's accuracy on "
-                               "them is shown.")
+                               "the held-out ones is shown.")
+    pick_checkpoint(path)
+    return path
+
+
+uploads_root = str((runs_dir / UPLOADS_FOLDER).resolve())
+side = st.sidebar
+side.subheader("Checkpoint")
+uploaded = None
+choices = checkpoint_labels()
+picker = side.container()
+uploaded = upload_checkpoint(side)
+path = run_checkpoint_picker(picker, choices, disabled=uploaded is not None)
+shown_name = None
+if uploaded is not None:
+    path, shown_name = uploaded
+    picker.caption(f"Using your file **{shown_name}**, not the run checkpoint: remove it below (×) to go back.")
+if path is None:
+    st.info("No checkpoint yet. Train a model on the **Train** page, or upload a checkpoint in the sidebar.")
+    st.stop()
 
 try:
     predictor = load_predictor(path, Path(path).stat().st_mtime)
 except CheckpointError as exc:
-    st.error(f"This checkpoint cannot be used: {exc}")
+    message = str(exc).replace(path, shown_name) if shown_name else str(exc)
+    st.error(f"This checkpoint cannot be used: {message}", icon=":material/error:")
     st.stop()
 cfg = predictor.checkpoint.model_config
 bare = " (bare state_dict, shapes inferred)" if predictor.checkpoint.bare else ""
@@ -93,14 +124,25 @@ side.caption(f"BiLSTM hidden {cfg.hidden_size}, {cfg.num_layers} layers, head {c
 
 
 def on_save(canvas: np.ndarray, label: int, classes: list[str]) -> None:
+    n = st.session_state["canvas_n"]
     try:
         saved = save_drawing(data_dir, canvas, label, classes)
     except (DrawingError, OSError) as exc:
-        flash("error", f"Not saved: {exc}")
+        st.session_state["save_note"] = (n, "error", f"Not saved: {exc}")
         return
-    flash("success", f"Saved as {saved.class_name}" + (" (held out for validation)." if saved.held_out else "."))
-    st.session_state["canvas_n"] += 1  # a fresh canvas for the next drawing
+    st.session_state["canvas_n"] = n + 1  # a fresh canvas for the next drawing
+    held = " (held out: never trained on, so Teach it can show before → after on it)" if saved.held_out else ""
+    st.session_state["save_note"] = (n + 1, "success", f"Saved as {saved.class_name}{held}.")
     st.session_state["drawings_changed"] = True  # the listing below the fragment is redrawn (draw_and_predict)
+
+
+def show_save_note(canvas_n: int, drawing: bool) -> None:
+    """'Saved as 7.' under the save buttons, only until the next stroke: it is about the drawing just saved."""
+    note = st.session_state.get("save_note")
+    if note and (note[0] != canvas_n or (drawing and note[1] == "success")):
+        st.session_state.pop("save_note")
+    elif note:
+        getattr(st, note[1])(note[2])
 
 
 def on_delete(drawing_id: str) -> None:
@@ -160,6 +202,7 @@ def draw_and_predict(predictor: Predictor) -> None:
             buttons[i % len(buttons)].button(name, key=f"save_{i}", on_click=on_save,
                                              args=(image, i, predictor.classes),
                                              help=f"Save this drawing labelled {name}", width="stretch")
+    show_save_note(st.session_state["canvas_n"], x is not None)
     if st.session_state.pop("drawings_changed", False):
         st.rerun()  # a drawing was saved: the whole page, so the listing and the message show it
 
@@ -178,7 +221,7 @@ st.caption(f"{len(mine)} saved drawing{'' if len(mine) == 1 else 's'} for these 
            f"With {MIN_FOR_ACCURACY} or more, the checkpoint picker scores each checkpoint on them; on the Train "
            "page, *My drawings share* mixes them into training."
            if mine else "No saved drawings yet: draw a digit, then click its true label to save it.")
-teach_panel(path, len(mine), runs_dir, data_dir)
+teach_panel(path, len(mine), held, runs_dir, data_dir)
 thumbs = st.columns(8)
 for k, (d, img) in enumerate(reversed(mine[-MAX_SHOWN:])):
     with thumbs[k % 8]:

@@ -19,7 +19,7 @@ from brnn_core.training.drawing_mix import summary_line
 from brnn_core.training.reports import THUMBNAILS_KEPT, compute_report, read_report, read_thumbnails
 from ui import drawings as my
 from ui.branch import branch_form
-from ui.common import flash, folders, memo, run_index, select_run, show_flashes, state_label
+from ui.common import LIVE_REFRESH_S, flash, folders, memo, run_index, select_run, show_flashes, state_label
 from ui.navigation import ensure_navigation
 
 ensure_navigation()
@@ -34,6 +34,8 @@ if table.empty:
     st.stop()
 
 shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100)
+for name in shown.select_dtypes(exclude=["number", "bool"]).columns:  # text columns: an empty cell, not "None"
+    shown[name] = shown[name].where(shown[name].notna(), "")
 stored = my.scores([Run(runs_dir / rid).best_ckpt for rid in table["run_id"]], data_dir)  # read, never computed
 scores = list(stored.values())
 shown["my_drawings_acc"] = [100 * s[0] if s else None for s in scores]
@@ -79,7 +81,19 @@ default = wanted if wanted in ids else (selected[0] if selected else ids[0])
 run_id = st.selectbox("Inspect one run", ids, index=ids.index(default), key="inspect")
 run = Run(runs_dir / run_id)
 status = run.status()
-st.markdown(f"**{state_label(status.get('state'))}** · {status.get('message', '')}")
+watching = status.get("state") in ACTIVE_STATES
+
+
+def inspected_state(run_path: str, seen_state: str | None) -> None:
+    """The inspected run's state, re-read on a timer while it can change; a change redraws the whole page
+    (its report, files and buttons)."""
+    now = Run(run_path).status()
+    if now.get("state") != seen_state:
+        st.rerun()
+    st.markdown(f"**{state_label(now.get('state'))}** · {now.get('message', '')}")
+
+
+st.fragment(run_every=LIVE_REFRESH_S if watching else None)(inspected_state)(str(run.path), status.get("state"))
 branch_form(run, runs_dir, data_dir, key="runs_branch")
 
 
@@ -133,7 +147,7 @@ with tab_report:
                         key="per_class", on_select="ignore")
         wrong = report["misclassified"]
         st.markdown(f"**Misclassified test images** ({min(len(wrong), THUMBNAILS_KEPT)} of {len(wrong)} shown, "
-                    "most confident mistakes first")
+                    "most confident mistakes first)")
         try:
             first_wrong = wrong[:THUMBNAILS_KEPT]
             indices = tuple(item["index"] for item in first_wrong)
@@ -145,13 +159,17 @@ with tab_report:
         except (DatasetError, IndexError) as exc:
             st.warning(f"Test images unavailable: {exc}")
 
-with tab_events:
-    events = [e for e in run.events() if e.get("kind") != "traceback"]
+def event_table(run_path: str) -> None:
+    events = [e for e in Run(run_path).events() if e.get("kind") != "traceback"]
     if events:
         st.dataframe([{k: e.get(k) for k in ("time", "step", "kind", "message")} for e in events],
                      hide_index=True, key="events_table")
     else:
-        st.caption("No events.")
+        st.caption("No events yet." if watching else "No events.")
+
+
+with tab_events:
+    st.fragment(run_every=LIVE_REFRESH_S if watching else None)(event_table)(str(run.path))
 
 with tab_files:
     st.download_button("Download metrics.csv", run.metrics_path.read_bytes(), file_name=f"{run.id}-metrics.csv",

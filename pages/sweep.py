@@ -8,7 +8,7 @@ import streamlit as st
 import torch
 
 from brnn_core.config import ConfigError, TrainConfig
-from brnn_core.data.datasets import DATASETS, default_dataset
+from brnn_core.data.datasets import DATASETS
 from brnn_core.fileio import read_json
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, State
@@ -38,6 +38,7 @@ from brnn_core.sweep.records import (
 from brnn_core.sweep.space import SEARCHABLE, SPEC_HELP, SUGGESTED_SPECS, SweepError, parse_spec
 from ui.common import LIVE_REFRESH_S, flash, folders, memo, registry, run_index, show_flashes, state_label
 from ui.navigation import ensure_navigation
+from ui.state import fill_train_form, pick_checkpoint, train_form
 
 ensure_navigation()
 
@@ -100,8 +101,7 @@ left, right = st.columns([1, 2.4], gap="large")
 errors: list[str] = []
 with left:
     st.subheader("New sweep")
-    train_form = st.session_state.get("form") or {}  # the Train page's values, when it was visited
-    base_defaults = TrainConfig(dataset=default_dataset(data_dir)).to_dict() | train_form
+    base_defaults = train_form(data_dir)  # the Train page's values (its defaults when it was not visited)
     with st.expander("Base settings (every trial starts from these)", expanded=False):
         default("sw_dataset", base_defaults["dataset"])
         st.selectbox("Dataset", list(DATASETS), key="sw_dataset", format_func=lambda n: DATASETS[n].title)
@@ -154,12 +154,11 @@ with left:
         address = st.text_input("Ray cluster address (empty: this machine)", key="sw_address",
                                 help="HOST:PORT of a head started with `ray start --head --port=PORT`")
         name = st.text_input("Name (optional)", key="sw_name")
-        k1, k2 = st.columns(2)
-        keep_best = k1.number_input("Ended trials keeping last.pt (the best k)", min_value=0,
+        keep_best = st.number_input("Ended trials keeping last.pt (the best k)", min_value=0,
                                     value=DEFAULT_KEEP_BEST, step=1, key="sw_keep_best",
                                     help="The others keep best.pt only (2 MB instead of 9 MB): "
                                     "they still open in Predict and branch from best.pt.")
-        keep_all = k2.checkbox("Keep every trial's last.pt", key="sw_keep_all")
+        keep_all = st.checkbox("Keep every trial's last.pt", key="sw_keep_all")
     request = SweepRequest(search=search, sets=[f"{k}={v}" for k, v in base.items()], trials=int(trials),
                            scheduler=scheduler, metric=metric,
                            perturbation_interval=int(interval) if scheduler == "pbt" else None,
@@ -258,17 +257,14 @@ def on_continue(sweep_path: str) -> None:
 
 
 def open_in_predict(path: str) -> None:
-    st.session_state["predict_checkpoint"] = path  # read by pages/predict.py
+    pick_checkpoint(path)
     st.session_state["_to_predict"] = True  # switch_page is not allowed in a callback: the script does it
 
 
 def train_with(config_path: str) -> None:
     """Fill the Train page's form with the best trial's settings (best-config.json) and go there."""
-    values = read_json(Path(config_path)) or {}
-    form = st.session_state.setdefault("form", {})
-    form.update(values)
-    for name in values:  # the Train page's widgets start from the form again
-        st.session_state.pop(f"w_{name}", None)
+    values = read_json(Path(config_path))
+    fill_train_form(values if isinstance(values, dict) else {}, data_dir)
     st.session_state["_to_train"] = True
 
 

@@ -25,8 +25,21 @@ from brnn_core.runs.rundir import Run, RunError
 from brnn_core.schedule import SCHEDULES
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
 from ui.branch import branch_form
-from ui.common import LIVE_REFRESH_S, flash, folders, memo, registry, run_picker, select_run, show_flashes, state_label
+from ui.common import (
+    LIVE_REFRESH_S,
+    active_run_id,
+    flash,
+    folders,
+    memo,
+    registry,
+    run_picker,
+    select_run,
+    short_id,
+    show_flashes,
+    state_label,
+)
 from ui.navigation import ensure_navigation
+from ui.state import form_key, form_now, train_form
 
 ensure_navigation()
 
@@ -42,28 +55,23 @@ show_flashes()
 # ------------------------------------------------------------------ the form
 FIXED_WHILE_RUNNING = "Fixed while a run is training: it needs a new run (stop the current one first)."
 defaults = TrainConfig(dataset=default_dataset(data_dir))
-form = st.session_state.setdefault("form", defaults.to_dict())  # survives page changes
+form = train_form(data_dir)  # survives page changes; complete however another page filled it
 
 
 error_slots: dict = {}
 labels: dict[str, str] = {}
 
 
-def field(name: str, widget, **kwargs):
-    """Draw one config widget, remember its value, and keep a slot under it for its validation error."""
+def field(name: str, widget, *, start=None, **kwargs):
+    """Draw one config widget, remember its value, and keep a slot under it for its validation error. The
+    widget starts from the remembered form (or `start`), not from a reset default."""
     kwargs.setdefault("help", TrainConfig.help_for(name))
-    value = widget(key=f"w_{name}", **kwargs)
+    st.session_state.setdefault(form_key(name), form[name] if start is None else start)
+    value = widget(key=form_key(name), **kwargs)
     form[name] = value
     error_slots[name] = st.empty()
     labels[name] = kwargs["label"]
     return value
-
-
-def preset(name: str, value) -> dict:
-    """Widget kwargs whose starting value comes from the remembered form, not a reset default."""
-    if f"w_{name}" not in st.session_state:
-        st.session_state[f"w_{name}"] = value
-    return {}
 
 
 left, right = st.columns([1, 2], gap="large")
@@ -74,61 +82,46 @@ with left:
                 "the learning rate, clipping, epochs and augmentation can be changed live on the right.")
     device_options = device_choices()
     with st.expander("Data and device", expanded=not active):
-        preset("dataset", form["dataset"])
         field("dataset", st.selectbox, label="Dataset", options=list(DATASETS), disabled=active,
               format_func=lambda n: DATASETS[n].title)
         st.caption(f"{DATASETS[form['dataset']].description} **Status:** {availability(form['dataset'], data_dir)}")
-        preset("device", form["device"] if form["device"] in device_options else "auto")
         field("device", st.selectbox, label="Device", options=list(device_options), disabled=active,
+              start=form["device"] if form["device"] in device_options else "auto",
               format_func=lambda d: device_options[d])
         if not torch.cuda.is_available():
             st.caption("No CUDA GPU on this machine: training runs on the CPU.")
-        preset("val_fraction", form["val_fraction"])
         field("val_fraction", st.number_input, label="Validation fraction", step=0.05, format="%.2f",
               disabled=active)
     with st.expander("Fine-tune on my drawings", expanded=False):
-        preset("init_from", form.get("init_from", ""))
         field("init_from", st.text_input, label="Start from checkpoint", disabled=active,
               placeholder="runs/<id>/checkpoints/best.pt (empty: random weights)")
-        preset("my_drawings", form.get("my_drawings", 0.0))
         field("my_drawings", st.number_input, label="My drawings share", step=0.05, format="%.2f", disabled=active)
     with st.expander("Model", expanded=not active):
         for name, label in (("hidden_size", "Hidden size"), ("num_layers", "LSTM layers")):
-            preset(name, form[name])
             field(name, st.number_input, label=label, step=1, disabled=active)
-        preset("dropout", form["dropout"])
         field("dropout", st.number_input, label="Dropout", step=0.05, format="%.2f", disabled=active)
-        preset("head", form["head"])
         field("head", st.selectbox, label="Head", options=HEADS, disabled=active)
-        preset("input_scale", form.setdefault("input_scale", defaults.input_scale))
         field("input_scale", st.selectbox, label="Input scale", options=list(INPUT_SCALES), disabled=active)
         if active:
             st.caption(FIXED_WHILE_RUNNING)
     with st.expander("Optimisation", expanded=not active):
-        preset("optimizer", form["optimizer"])
         field("optimizer", st.selectbox, label="Optimizer", options=OPTIMIZERS, disabled=active)
         for name, label, fmt, step in (("lr", "Learning rate", "%.5f", 0.001), ("batch_size", "Batch size", None, 10),
                                        ("epochs", "Epochs", None, 1), ("momentum", "SGD momentum", "%.3f", 0.05),
                                        ("weight_decay", "Weight decay", "%.5f", 0.0001),
                                        ("grad_clip", "Gradient clipping (0 = off)", "%.2f", 0.5)):
-            preset(name, form[name])
             kwargs = {"format": fmt} if fmt else {}
             field(name, st.number_input, label=label, step=step, disabled=active, **kwargs)
-        preset("lr_schedule", form.setdefault("lr_schedule", defaults.lr_schedule))
         field("lr_schedule", st.selectbox, label="Learning-rate schedule", options=list(SCHEDULES), disabled=active)
-        preset("augment", form.setdefault("augment", defaults.augment))
         field("augment", st.selectbox, label="Augmentation (training images only)", options=list(AUGMENT_LEVELS),
               disabled=active, format_func=lambda a: f"auto: {resolve_augment(a, form['dataset'])} for this dataset"
               if a == "auto" else a)
-        preset("drawn_share", form.setdefault("drawn_share", defaults.drawn_share))
         field("drawn_share", st.number_input, label="Share of digits also drawn as canvas strokes", step=0.1,
               format="%.2f", disabled=active)
     with st.expander("Advanced"):
         for name, label in (("seed", "Seed"), ("log_interval", "Log every N steps"),
                             ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)")):
-            preset(name, form[name])
             field(name, st.number_input, label=label, step=1, disabled=active)
-        preset("amp", form["amp"])
         field("amp", st.selectbox, label="Mixed precision", options=AMP_MODES, disabled=active)
 
     try:
@@ -142,18 +135,12 @@ with left:
 
 
 # ------------------------------------------------------------------ buttons
-def form_now() -> dict:
-    """The form as its widgets hold it now. Callbacks run before the script body, so `form` may still hold
-    the previous run's values (typing a value and clicking Start at once sends both in one rerun)."""
-    state = st.session_state
-    return {name: state.get(f"w_{name}", value) for name, value in state["form"].items()}
-
-
 def on_start() -> None:
     try:
-        new = registry().start(runs_dir, TrainConfig.from_dict(form_now()), data_dir=data_dir)
+        new = registry().start(runs_dir, TrainConfig.from_dict(form_now(data_dir)), data_dir=data_dir)
     except (ConfigError, RunError, OSError) as exc:
         flash("error", f"Not started: {exc}")
+        st.session_state["busy_with"] = active_run_id(runs_dir)  # a link to it under the message
         return
     select_run(new.id)
     flash("success", f"Started run {new.id}.")
@@ -170,13 +157,31 @@ def on_resume_checkpoint() -> None:
         registry().resume(run, data_dir=data_dir)
     except (RunError, OSError) as exc:
         flash("error", f"Cannot resume: {exc}")
+        st.session_state["busy_with"] = active_run_id(runs_dir)
         return
+    st.session_state.get("pending", {}).pop(run.id, None)  # the last worker's commands are answered and done
     flash("info", f"Resuming {run.id} from its last checkpoint…")
 
 
 # ------------------------------------------------------------------ live controls
+def live_wanted() -> dict:
+    return {name: st.session_state.get(f"live_{name}") for name in LIVE_FIELDS}
+
+
+def live_problems(live_run: Run, wanted: dict) -> dict[str, str]:
+    """field -> what is wrong with a live value, checked as the form checks it (before anything is sent)."""
+    base = live_run.config().get("train") or {}
+    try:
+        TrainConfig.from_dict({**base, **{k: v for k, v in wanted.items() if v is not None}}, check_device=False)
+    except ConfigError as exc:
+        return {k: v for k, v in exc.errors.items() if k in LIVE_FIELDS}
+    return {}
+
+
 def on_apply_live(current: dict) -> None:
-    wanted = {name: st.session_state.get(f"live_{name}") for name in LIVE_FIELDS}
+    wanted = live_wanted()
+    if live_problems(run, wanted):
+        return  # the fields say what is wrong; nothing is sent
     sent = send_live_changes(run, current, wanted)
     st.session_state.setdefault("pending", {}).setdefault(run.id, {}).update(sent)
     flash("info", "Sent: " + ", ".join(sent.values()) if sent else "Nothing changed.")
@@ -200,6 +205,13 @@ with right:
                   use_container_width=True)
     b4.button("Stop", on_click=on_command, args=("stop",), disabled=not active,
               help="Saves last.pt, then ends the run (it can be resumed).", use_container_width=True)
+    if active and not errors:
+        st.caption(f"**Start training** is off while this run is {state}: one run trains at a time. Stop it, or "
+                   "wait for it to end.")
+    busy_with = st.session_state.pop("busy_with", None)
+    if busy_with and (run is None or busy_with != run.id):
+        st.button(f"Show the run that is training ({short_id(busy_with)})", on_click=select_run, args=(busy_with,),
+                  icon=":material/arrow_forward:")
 
 
 with right:
@@ -211,16 +223,20 @@ with right:
         live = live_settings(run, status)
         with st.container(border=True):
             st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
-            c1, c2, c3, c5, c4 = st.columns([2, 2, 2, 2, 1], vertical_alignment="bottom")
-            c1.number_input("Learning rate (peak)", value=float(live["lr"]), format="%.5f", step=0.001, key="live_lr",
-                            min_value=0.0)
-            c2.number_input("Gradient clipping", value=float(live["grad_clip"]), step=0.5, key="live_grad_clip",
-                            min_value=0.0)
-            c3.number_input("Total epochs", value=int(live["epochs"]), step=1, key="live_epochs", min_value=1)
-            c5.selectbox("Augmentation", AUGMENT_LEVELS, index=AUGMENT_LEVELS.index(live["augment"]),
-                         key="live_augment",
-                         help=TrainConfig.help_for("augment"))
-            c4.button("Apply", on_click=on_apply_live, args=(live,), use_container_width=True)
+            cols = dict(zip(LIVE_FIELDS, st.columns(len(LIVE_FIELDS)), strict=True))
+            cols["lr"].number_input("Peak learning rate", value=float(live["lr"]), format="%.5f", step=0.001,
+                                    key="live_lr", min_value=0.0, help=TrainConfig.help_for("lr"))
+            cols["grad_clip"].number_input("Gradient clipping", value=float(live["grad_clip"]), step=0.5,
+                                           key="live_grad_clip", min_value=0.0, help=TrainConfig.help_for("grad_clip"))
+            cols["epochs"].number_input("Total epochs", value=int(live["epochs"]), step=1, key="live_epochs",
+                                        min_value=1, help=TrainConfig.help_for("epochs"))
+            cols["augment"].selectbox("Augmentation", AUGMENT_LEVELS, index=AUGMENT_LEVELS.index(live["augment"]),
+                                      key="live_augment", help=TrainConfig.help_for("augment"))
+            problems = live_problems(run, live_wanted())
+            for name, message in problems.items():
+                cols[name].error(message, icon=":material/error:")
+            st.button("Apply", on_click=on_apply_live, args=(live,), disabled=bool(problems), type="primary",
+                      help="Send the changed values to the worker; it applies them before its next step.")
     elif state in ENDED_STATES:
         branch_form(run, runs_dir, data_dir, key="train_branch")
     o1, o2 = st.columns(2)
@@ -254,9 +270,14 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
             s.get("state"), slot.caption)
         kind(message)
     total = s.get("total_steps") or 0
-    st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0, text=progress_text(s) or "waiting…")
+    batch = (live_run.config().get("train") or {}).get("batch_size")
+    st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0,
+                text=progress_text(s, batch) or "waiting…")
     events = live_run.events()
     sent = st.session_state.get("pending", {}).get(live_run.id, {})
+    if s.get("state") not in ACTIVE_STATES:  # what was sent to this run is answered: its state says the rest
+        sent = {}
+        st.session_state.get("pending", {}).pop(live_run.id, None)
     for outcome in outcomes(events, dict(list(sent.items())[-3:])):
         if outcome.result == "applied":
             st.success(f"{outcome.label}: applied, {outcome.message}", icon=":material/check:")
@@ -283,7 +304,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     c3, c4 = st.columns(2)
     c3.plotly_chart(figures[2], key="chart_acc", on_select="ignore")
     c4.plotly_chart(figures[3], key="chart_lr", on_select="ignore")
-    with st.expander(f"Event log ({len(events)})", expanded=False):
+    with st.expander(f"Event log ({len(events)})", expanded=False, key="event_log"):  # the key: it stays open
         for e in reversed(events[-50:]):
             if e.get("kind") != "traceback":
                 step = f"step {e['step']} · " if e.get("step") is not None else ""

@@ -84,7 +84,7 @@ def test_saved_drawings_are_listed_scored_and_deletable(dirs, finished, sample):
     run = copy_run(finished, runs_dir)
     saved = save_rendered(data_dir, sample, 12)
     at = predict_page()
-    acc, n = checkpoint_accuracy(run.best_ckpt, data_dir)
+    acc, n, _ = checkpoint_accuracy(run.best_ckpt, data_dir)
     label = f" · my drawings {100 * acc:.0f}% (12)"
     rerun_until(at, lambda a: (p := a.sidebar.selectbox(key="ckpt_choice")).options[p.index].endswith(label),
                 "the best.pt score")

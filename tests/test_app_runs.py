@@ -129,7 +129,7 @@ def test_table_scores_each_run_on_my_drawings(dirs, finished, sample):
     save_rendered(data_dir, sample, 10)  # 10 more (the first 9 digits again under new ids, and one): 19
     at.run()
     no_exception(at)
-    acc, n = checkpoint_accuracy(run.best_ckpt, data_dir)
+    acc, n, _ = checkpoint_accuracy(run.best_ckpt, data_dir)
     assert n == 19
     rerun_until(at, lambda a: a.dataframe(key="runs_table").value["my_drawings_acc"].notna().all(),
                 "the background scorer")  # the page never evaluates; a thread stores the score, a rerun shows it

@@ -170,15 +170,16 @@ def test_scores_need_ten_drawings_and_match_evaluate(tmp_path, sample, trained_c
     assert folder_signature(tmp_path) != sig0
     assert checkpoint_accuracy(trained_ckpt, tmp_path) is None  # 9 drawings say too little
     save_drawing(tmp_path, canvases(sample.train_x[20:21])[0], int(sample.train_y[20]), MNIST_CLASSES)
-    acc, n = checkpoint_accuracy(trained_ckpt, tmp_path)
+    acc, n, held_only = checkpoint_accuracy(trained_ckpt, tmp_path)
     x, y = as_tensors(list_drawings(tmp_path, MNIST_CLASSES))
     expected = evaluate(load_checkpoint(trained_ckpt).build_model(), x, y).accuracy
     assert n == 10 and acc == pytest.approx(expected) and acc >= 0.5  # the small model reads most of them
+    assert not held_only  # it never trained on drawings: every one of them counts
     # many checkpoints in a row (the dashboard's Scorer): the drawings are read once per class list
     tensors = DrawingTensors(tmp_path)
-    assert checkpoint_accuracy(trained_ckpt, tmp_path, tensors) == (acc, n)
+    assert checkpoint_accuracy(trained_ckpt, tmp_path, tensors) == (acc, n, False)
     (drawings_dir(tmp_path) / next(p.name for p in drawings_dir(tmp_path).glob("*.png"))).unlink()
-    assert checkpoint_accuracy(trained_ckpt, tmp_path, tensors) == (acc, n)  # read before: not again
+    assert checkpoint_accuracy(trained_ckpt, tmp_path, tensors) == (acc, n, False)  # read before: not again
     assert checkpoint_accuracy(trained_ckpt, tmp_path) is None  # read again: 9 drawings left
 
 

@@ -93,6 +93,12 @@ def current_run(runs_dir: Path, statuses: dict[str, dict] | None = None) -> Run 
     return Run(runs_dir / ids[0]) if ids else None
 
 
+def active_run_id(runs_dir: Path) -> str | None:
+    """The newest run that is training (or about to), if any."""
+    statuses = run_index(runs_dir).statuses()
+    return next((i for i, s in statuses.items() if s.get("state") in ACTIVE_STATES), None)
+
+
 def select_run(run_id: str | None) -> None:
     st.session_state["current_run"] = run_id
     if run_id:
@@ -118,12 +124,23 @@ def run_picker(runs_dir: Path, *, label: str = "Current run", key: str = "run_pi
         select_run(st.session_state[key])
 
     st.session_state[key] = ids[index]
-    st.sidebar.selectbox(label, ids, key=key, on_change=changed,
-                         format_func=lambda i: f"{short_id(i)} · {states.get(i)}")
+    st.sidebar.selectbox(label, ids, key=key, on_change=changed, help="Runs by start time, newest first.",
+                         format_func=lambda i: f"{picker_id(i)} · {states.get(i)}")
+    st.sidebar.caption(ids[index])
     if len(statuses) > len(ids):
         st.sidebar.caption(f"The newest {PICKER_RUNS} of {len(statuses):,} runs; the **Runs** page lists them all.")
     select_run(ids[index])
     return Run(runs_dir / ids[index])
+
+
+def picker_id(run_id: str) -> str:
+    """'20261129-214049-mnist-sample-ab6c' -> '21:40:49 ab6c': short enough for the sidebar with a state after it
+    (the dataset is in the caption under the picker)."""
+    parts = run_id.split("-")
+    if len(parts) >= 4 and len(parts[1]) == 6 and parts[1].isdigit():
+        t = parts[1]
+        return f"{t[:2]}:{t[2:4]}:{t[4:]} {parts[-1]}"
+    return run_id
 
 
 def short_id(run_id: str) -> str:

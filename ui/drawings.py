@@ -19,6 +19,7 @@ from brnn_core.checkpoint import CheckpointError
 from brnn_core.data.drawings import MIN_FOR_ACCURACY, Listing, drawing_count, folder_signature, list_drawings
 from brnn_core.inference.scores import (
     MEMO_NAME,
+    DrawingScore,
     DrawingTensors,
     ScoreMemo,
     file_version,
@@ -78,8 +79,8 @@ def scorer() -> Scorer:
     return Scorer()
 
 
-def scores(paths: list[Path], data_dir: Path, signature: str | None = None) -> dict[Path, tuple[float, int] | None]:
-    """(accuracy, n) per checkpoint as stored, None while unknown (then it is being computed) or below the
+def scores(paths: list[Path], data_dir: Path, signature: str | None = None) -> dict[Path, DrawingScore | None]:
+    """The DrawingScore per checkpoint as stored, None while unknown (then it is being computed) or below the
     threshold. Never evaluates one: one `stat` per checkpoint for the scores this server knows (`score_memo`,
     kept on disk for the next server), one small file read for the others. `signature`: the drawings folder's
     fingerprint when the page already took it."""
@@ -112,6 +113,10 @@ def score_memo(data_dir: str) -> ScoreMemo:
     return ScoreMemo(Path(data_dir) / MEMO_NAME)
 
 
-def score_label(score: tuple[float, int] | None) -> str:
-    """' · my drawings 83% (12)' for a checkpoint picker, or ''."""
-    return f" · my drawings {100 * score[0]:.0f}% ({score[1]})" if score else ""
+def score_label(score: DrawingScore | None) -> str:
+    """' · my drawings 83% (12)' for a checkpoint picker (' · held-out drawings 100% (2)' for one that trained on
+    the others), or ''."""
+    if not score:
+        return ""
+    what = "held-out drawings" if score.held_out_only else "my drawings"
+    return f" · {what} {100 * score.accuracy:.0f}% ({score.count})"

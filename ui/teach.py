@@ -1,9 +1,9 @@
 """Teach it on the Predict page: one click fine-tunes the picked checkpoint on the saved drawings.
 
-The click builds the fine-tune with `training.teach.teach_config` (the measured defaults), starts it as
-an ordinary run through the shared job registry, and remembers it in the session. A fragment shows its
-progress; when it finishes, the new best.pt becomes the picked checkpoint and the held-out drawings'
-and the validation accuracy are shown before -> after (from the run's report).
+The click starts `training.teach.teach_config`'s fine-tune as an ordinary run through the shared job
+registry. A fragment shows its progress beside the button; when it finishes, its best.pt becomes the
+picked checkpoint and the result (held-out drawings and validation accuracy before -> after, from the
+run's report) stays beside the button.
 """
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ import streamlit as st
 
 from brnn_core.checkpoint import CheckpointError
 from brnn_core.config import TEACH_DEFAULTS, ConfigError
+from brnn_core.data.drawings import held_out_ordinals
 from brnn_core.runs.progress import progress_text
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.training.reports import read_report
 from brnn_core.training.teach import MIN_TO_TEACH, TeachError, teach_config
-from ui.common import flash, registry
+from ui.common import registry
+from ui.state import pick_checkpoint
 
 REFRESH_S = 2.0
+_RESULT = "teach_result"  # (kind, message) of the last Teach it, shown beside the button
 
 
 def _start(checkpoint: str, runs_dir: Path, data_dir: Path) -> None:
@@ -29,10 +32,10 @@ def _start(checkpoint: str, runs_dir: Path, data_dir: Path) -> None:
         cfg = teach_config(checkpoint, data_dir)
         run = registry().start(runs_dir, cfg, data_dir=data_dir)
     except (TeachError, CheckpointError, ConfigError, RunError, OSError) as exc:
-        flash("error", f"Teach it did not start: {exc}")
+        st.session_state[_RESULT] = ("error", f"Teach it did not start: {exc}")
         return
+    st.session_state.pop(_RESULT, None)
     st.session_state["teaching"] = {"run": str(run.path), "from": checkpoint}
-    flash("info", f"Teaching {Path(checkpoint).parent.parent.name}'s checkpoint your drawings (run {run.id})…")
 
 
 def _before_after(entry: dict | None, what: str) -> str:
@@ -53,26 +56,38 @@ def _progress() -> None:
     if state in ACTIVE_STATES:
         total = status.get("total_steps") or 0
         st.progress(min((status.get("step") or 0) / total, 1.0) if total else 0.0,
-                    text=f"Teaching: {progress_text(status) or status.get('message') or 'starting…'}")
+                    text=f"Teaching {Path(teaching['from']).parent.parent.name}'s checkpoint your drawings: "
+                         f"{progress_text(status) or status.get('message') or 'starting…'}")
         return
     st.session_state.pop("teaching")
-    if state != State.FINISHED:
-        flash("error", f"Teach it ended {state}: {status.get('message')}")
-    else:
-        report = read_report(run) or {}
-        said = [s for s in (_before_after(report.get("my_drawings"), "held-out drawings"),
-                            _before_after(report.get("validation"), f"{run.config().get('dataset')} validation"))
-                if s]
-        st.session_state["predict_checkpoint"] = str(run.best_ckpt)  # picked on the rerun below
-        flash("success", f"Taught: now using {run.id}'s best.pt. " + "; ".join(said))
+    st.session_state[_RESULT] = _result(run, state, status)
+    if state == State.FINISHED:
+        pick_checkpoint(run.best_ckpt)  # the sidebar's picker shows it on the rerun below
     st.rerun()
 
 
-def teach_panel(checkpoint: str, drawings: int, runs_dir: Path, data_dir: Path) -> None:
-    """The Teach it button (once there are enough drawings for these classes) and the fine-tune's progress."""
+def _result(run: Run, state: str | None, status: dict) -> tuple[str, str]:
+    if state != State.FINISHED:
+        return "error", f"Teach it ended {state}: {status.get('message')}"
+    report = read_report(run) or {}
+    drawings = report.get("my_drawings") or {}
+    held = _before_after(drawings, f"your {drawings.get('held_out', '?')} held-out drawings")
+    if not held:
+        held = ("no held-out drawing to show before → after on (the "
+                f"{held_out_ordinals()} drawing of each class is kept out of training for that)")
+    said = [held, _before_after(report.get("validation"), f"{run.config().get('dataset')} validation")]
+    return "success", f"Taught: now predicting with {run.id}'s best.pt. " + "; ".join(s for s in said if s) + "."
+
+
+def teach_panel(checkpoint: str, drawings: int, held_out: int, runs_dir: Path, data_dir: Path) -> None:
+    """The Teach it button (once there are enough drawings for these classes), what it will be able to show,
+    the fine-tune's progress and its result, together."""
     if st.session_state.get("teaching"):
         _progress()
         return
+    result = st.session_state.get(_RESULT)
+    if result:
+        getattr(st, result[0])(result[1])
     ready = drawings >= MIN_TO_TEACH
     st.button("Teach it", type="primary", disabled=not ready, on_click=_start, args=(checkpoint, runs_dir, data_dir),
               icon=":material/school:",
@@ -83,3 +98,15 @@ def teach_panel(checkpoint: str, drawings: int, runs_dir: Path, data_dir: Path) 
     if not ready:
         st.caption(f"Save {MIN_TO_TEACH - drawings} more drawing(s) of these classes to teach it "
                    f"({drawings} of {MIN_TO_TEACH}).")
+    st.caption(_evidence(drawings, held_out))
+
+
+def _evidence(drawings: int, held_out: int) -> str:
+    """What Teach it will be able to show before -> after, said before the click."""
+    rule = f"the {held_out_ordinals()} drawing of each class is held out: never trained on"
+    if not held_out:
+        return (f"Before → after on your drawings needs a held-out one ({rule}). None yet: save a "
+                f"{held_out_ordinals(1)} drawing of any class. Without one, Teach it shows the validation accuracy "
+                "only.")
+    return (f"Teach it trains on {drawings - held_out} of your drawings and shows before → after on the "
+            f"{held_out} held out ({rule}).")

