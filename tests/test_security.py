@@ -14,7 +14,7 @@ from helpers import REPO, app_test, fake_finished_run, texts
 from brnn_core.runs.rundir import RunError, delete_run, resolve_run, validate_run_id
 
 # The user's folders at the repository root only (brnn_core/data and brnn_core/runs are code); caches anywhere.
-SKIP_AT_ROOT = {".git", "data", "runs"}
+SKIP_AT_ROOT = {".git", "data", "runs", "build"}  # build: what `pip install .` leaves
 SKIP_ANYWHERE = {"node_modules", "__pycache__", ".ruff_cache", ".pytest_cache"}
 # Where a file read from disk may have been replaced by someone else: the safe flag is written out in place.
 APP_CODE = ("brnn_core", "ui", "pages", "streamlit_app.py")
@@ -161,7 +161,7 @@ def test_the_worker_command_is_an_argument_list():
     from brnn_core.runs.jobs import worker_command
 
     cmd = worker_command(Path("/tmp/runs/x; rm -rf ~"), resume=True)
-    assert isinstance(cmd, list) and cmd[1:4] == ["-m", "brnn_core", "train"]
+    assert isinstance(cmd, list) and cmd[1:3] == ["-m", "brnn_core.training.worker"]
     assert "/tmp/runs/x; rm -rf ~" in cmd  # one argument, never parsed by a shell
 
 
