@@ -38,7 +38,7 @@ for name in shown.select_dtypes(exclude=["number", "bool"]).columns:  # text col
     shown[name] = shown[name].where(shown[name].notna(), "")
 stored = my.scores([Run(runs_dir / rid).best_ckpt for rid in table["run_id"]], data_dir)  # read, never computed
 scores = list(stored.values())
-shown["my_drawings_acc"] = [100 * s[0] if s else None for s in scores]
+shown["my_drawings_acc"] = [100 * s.accuracy if s else float("nan") for s in scores]  # a number column
 picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
                       column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "my_drawings_acc",
                                     "duration_s", "step", "epochs", "hidden", "layers", "head", "batch", "lr",

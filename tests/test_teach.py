@@ -8,12 +8,13 @@ import sys
 import time
 
 import pytest
-from helpers import APP, REPO, cli_env, copy_run, no_exception, wait_for
+from helpers import APP, REPO, cli_env, copy_run, no_exception, rerun_until, wait_for
 from streamlit.testing.v1 import AppTest
 from test_drawings import save_many
 
 from brnn_core.config import TEACH_DEFAULTS
-from brnn_core.data.drawings import MIN_FOR_ACCURACY
+from brnn_core.data.datasets import MNIST_CLASSES
+from brnn_core.data.drawings import MIN_FOR_ACCURACY, list_drawings
 from brnn_core.runs.rundir import Run, list_runs
 from brnn_core.training.teach import TeachError, teach_config
 
@@ -68,26 +69,39 @@ def test_teach_command_without_drawings_exits_2(tmp_path, finished):
 
 @pytest.mark.worker
 def test_teach_it_button_fine_tunes_and_picks_the_new_checkpoint(dirs, finished, sample):
+    """From a session opened on Predict whose picker was used: the taught checkpoint is what the picker shows
+    afterwards, the result stands beside the button, and its score counts only the drawings it never saw."""
     runs_dir, data_dir = dirs
     parent = copy_run(finished, runs_dir)
     at = AppTest.from_file(str(APP), default_timeout=120)
-    at.run()
     at.switch_page("pages/predict.py").run()
     button = next(b for b in at.button if b.label == "Teach it")
     assert button.disabled  # no drawings yet
     saved_drawings(data_dir, sample)
+    held = sum(d.held_out for d in list_drawings(data_dir, MNIST_CLASSES).drawings)
+    assert held > 0
     at.run()
+    at.sidebar.selectbox(key="ckpt_choice").select(str(parent.best_ckpt.resolve())).run()
     button = next(b for b in at.button if b.label == "Teach it")
     assert not button.disabled
+    assert any(f"shows before → after on the {held} held out" in c.value for c in at.caption), \
+        [c.value for c in at.caption]  # said before the click
     button.click().run()
     no_exception(at)
     child = wait_for(lambda: next((r for r in list_runs(runs_dir) if r.id != parent.id), None), 30, "the teach run")
-    assert child.config()["train"]["init_from"] == str(at.sidebar.selectbox(key="ckpt_choice").value)
+    assert child.config()["train"]["init_from"] == str(parent.best_ckpt.resolve())
     wait_for(lambda: Run(child.path).status().get("state") == "finished", 600, "the teach run to finish")
     deadline = time.time() + 60
-    while at.session_state["ckpt_choice"] != str(child.best_ckpt) and time.time() < deadline:
+    while at.session_state["ckpt_choice"] != str(child.best_ckpt.resolve()) and time.time() < deadline:
         at.run()  # the progress fragment notices the end, picks the new checkpoint and reruns the page
     no_exception(at)
-    assert at.session_state["ckpt_choice"] == str(child.best_ckpt)
-    assert any("Taught: now using" in s.value and "held-out drawings:" in s.value and "validation:" in s.value
-               for s in at.success), [s.value for s in at.success]
+    assert at.session_state["ckpt_choice"] == str(child.best_ckpt.resolve())
+    assert any("Taught: now predicting with" in s.value and f"your {held} held-out drawings:" in s.value
+               and "validation:" in s.value for s in at.success), [s.value for s in at.success]
+    at.run()  # the result stays beside the button on later reruns
+    assert any("Taught: now predicting with" in s.value for s in at.success)
+    # the taught checkpoint trained on the drawings: scored on the held-out ones only, and said so
+    picker = rerun_until(at, lambda a: "drawings" in (p := a.sidebar.selectbox(key="ckpt_choice")).options[p.index],
+                         "the taught checkpoint's score").sidebar.selectbox(key="ckpt_choice")
+    label = picker.options[picker.index]
+    assert "held-out drawings" in label and f"({held})" in label and "my drawings" not in label, label
