@@ -27,6 +27,12 @@ AUGMENT_LEVELS = ("auto", "off", "light", "medium", "strong")
 # measured on mnist-sample (bench/augment_accuracy.py, bench/README.md); kmnist is handwriting too, so it
 # gets the digits' level. Clothes photos are not drawn with a pen: off until measured otherwise.
 AUGMENT_AUTO = {"mnist": "medium", "mnist-sample": "medium", "kmnist": "medium", "fashion-mnist": "off"}
+# epochs=0 ("auto") picks per dataset when the config is validated, so config.json, the live controls, the lr
+# schedule, resume and branches all see the number. The offline sample's run lasts long enough on a CPU to try
+# the live controls and ends more accurate; the full datasets are twelve times larger, so their few epochs take as
+# long (docs/decisions/091-epochs-per-dataset.md).
+AUTO_EPOCHS = 0
+EPOCHS_AUTO = {"mnist-sample": 20, "mnist": 2, "fashion-mnist": 2, "kmnist": 2}
 
 # Fields that may change while a run trains (sent through the control channel).
 # Teach it (training.teach): the drawings' share of each epoch, the epochs and the schedule's peak lr of the
@@ -47,7 +53,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run. Defaults are the blog script's."""
+    """Everything that defines a training run. Defaults are the blog script's, except where a field's help says."""
 
     dataset: str = field(default="mnist-sample", metadata={
         "help": "Which 28x28 dataset to train on. mnist-sample (5,000 real MNIST digits) works offline."})
@@ -65,8 +71,10 @@ class TrainConfig:
                 "last: the blog's out[:, -1, :] (backward half has seen only the last row)."})
     batch_size: int = field(default=100, metadata={
         "help": "Images per training step.", "range": (1, 65536)})
-    epochs: int = field(default=2, metadata={
-        "help": "Passes over the training split.", "range": (1, 1000)})
+    epochs: int = field(default=AUTO_EPOCHS, metadata={
+        "help": "Passes over the training split; 0 = auto: "
+                + ", ".join(f"{v} for {k}" for k, v in EPOCHS_AUTO.items())
+                + " (the run records the number). Can be changed while training.", "range": (0, 1000)})
     lr: float = field(default=0.01, metadata={
         "help": "Learning rate: the peak of the schedule (can be changed while training; the rest of the "
                 "schedule scales with it).", "range": (1e-7, 10.0)})
@@ -191,6 +199,8 @@ class TrainConfig:
         _choice(errs, self, "lr_schedule", SCHEDULES)
         _choice(errs, self, "input_scale", INPUT_SCALES)
         _choice(errs, self, "best_by", BEST_BY)
+        if "epochs" not in errs and "dataset" not in errs:
+            self.epochs = resolve_epochs(self.epochs, self.dataset)
         if "init_from" not in errs and self.init_from and not Path(self.init_from).expanduser().is_file():
             errs["init_from"] = f"no checkpoint file {self.init_from!r}; give the path of a .pt file or leave it empty"
         if "device" not in errs:
@@ -245,6 +255,16 @@ def _choice(errs: dict, cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -
 def resolve_augment(level: str, dataset: str) -> str:
     """The augmentation level a run uses: `level` itself, or for "auto" the measured choice for `dataset`."""
     return AUGMENT_AUTO.get(dataset, "off") if level == "auto" else level
+
+
+def resolve_epochs(epochs: int, dataset: str) -> int:
+    """The epochs a run trains: `epochs` itself, or for 0 ("auto") the choice for `dataset`."""
+    return EPOCHS_AUTO.get(dataset, 2) if epochs == AUTO_EPOCHS else epochs
+
+
+def epochs_auto_label(dataset: str) -> str:
+    """What 0 means for `dataset`, for a form's label: "0 = auto: 20 for this dataset"."""
+    return f"0 = auto: {resolve_epochs(AUTO_EPOCHS, dataset)} for this dataset"
 
 
 def resolve_drawn_share(share: float, dataset: str) -> float:

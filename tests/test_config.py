@@ -18,24 +18,68 @@ import torch
 from helpers import REPO, app_test, texts, worker_env
 
 from brnn_core.cli import main
-from brnn_core.config import ConfigError, TrainConfig, parse_set
+from brnn_core.config import (
+    DATASET_NAMES,
+    EPOCHS_AUTO,
+    TEACH_DEFAULTS,
+    ConfigError,
+    TrainConfig,
+    epochs_auto_label,
+    load_train_config,
+    parse_set,
+    resolve_epochs,
+)
 from brnn_core.devices import DeviceError, cpu_has_bf16, device_problem, resolve_device
+from brnn_core.runs.rundir import new_run_config
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
 
 
 def test_defaults_are_the_blog_scripts():
     cfg = TrainConfig()
-    # input_size 28, hidden_size 128, num_layers 2, batch_size 100, num_epochs 2, learning_rate 0.01, Adam
-    assert (cfg.hidden_size, cfg.num_layers, cfg.batch_size, cfg.lr, cfg.optimizer, cfg.epochs) == \
-        (128, 2, 100, 0.01, "adam", 2)
+    # input_size 28, hidden_size 128, num_layers 2, batch_size 100, learning_rate 0.01, Adam
+    assert (cfg.hidden_size, cfg.num_layers, cfg.batch_size, cfg.lr, cfg.optimizer) == (128, 2, 100, 0.01, "adam")
+    assert cfg.epochs == 0  # auto: the number for the dataset once validated (below)
     assert cfg.errors(check_device=False) == {}
     assert cfg.validate(check_device=False) is cfg
 
 
+@pytest.mark.parametrize("dataset", DATASET_NAMES)
+def test_auto_epochs_become_the_datasets_number_when_validated(dataset):
+    """0 = auto resolves where every entry point validates, so config.json and the live controls hold a number."""
+    assert TrainConfig.from_dict({"dataset": dataset}, check_device=False).epochs == EPOCHS_AUTO[dataset] >= 1
+    assert TrainConfig(dataset=dataset).validate(check_device=False).epochs == EPOCHS_AUTO[dataset]
+    assert TrainConfig.from_dict({"dataset": dataset, "epochs": "0"}, check_device=False).epochs == EPOCHS_AUTO[dataset]
+    assert TrainConfig.from_dict({"dataset": dataset, "epochs": 5}, check_device=False).epochs == 5  # explicit stays
+    assert resolve_epochs(0, dataset) == EPOCHS_AUTO[dataset] and resolve_epochs(7, dataset) == 7
+    assert epochs_auto_label(dataset) == f"0 = auto: {EPOCHS_AUTO[dataset]} for this dataset"
+
+
+def test_auto_epochs_give_the_offline_sample_time_for_the_live_controls():
+    # decided in docs/decisions/091-epochs-per-dataset.md; the full datasets keep the blog's 2
+    assert EPOCHS_AUTO["mnist-sample"] > 2 and {EPOCHS_AUTO[d] for d in ("mnist", "fashion-mnist", "kmnist")} == {2}
+    assert f"0 = auto: {EPOCHS_AUTO['mnist-sample']} for mnist-sample" in TrainConfig.help_for("epochs")
+    assert TEACH_DEFAULTS["epochs"] == 2  # Teach it fine-tunes for its own explicit epochs
+
+
+def test_cli_train_records_the_resolved_epochs(tmp_path):
+    """`train` without --set epochs gets the dataset's number, --set epochs=5 stays 5, and config.json (which
+    a resume, a branch and a sweep's best-config read) holds the number, never 0."""
+    data = tmp_path / "data"
+    auto = load_train_config(None, ["dataset=mnist-sample"], data, check_device=False)
+    assert new_run_config(auto, data)["train"]["epochs"] == EPOCHS_AUTO["mnist-sample"]
+    assert load_train_config(None, ["dataset=mnist-sample", "epochs=5"], data, check_device=False).epochs == 5
+    config_file = tmp_path / "best-config.json"
+    config_file.write_text(json.dumps({**auto.to_dict(), "epochs": 3}))
+    assert load_train_config(config_file, [], data, check_device=False).epochs == 3
+    # A run's own config.json, as an older version wrote it: resumed with the epochs it was made with.
+    old = {k: v for k, v in TrainConfig().to_dict().items() if k not in ("drawn_share", "augment")} | {"epochs": 2}
+    assert TrainConfig.from_dict(old, check_device=False).epochs == 2
+
+
 @needs_no_cuda
 def test_every_bad_field_is_reported_in_one_error():
-    bad = {"hidden_size": 0, "lr": -1, "batch_size": 10**7, "epochs": 0, "dataset": "imagenet", "device": "cuda"}
+    bad = {"hidden_size": 0, "lr": -1, "batch_size": 10**7, "epochs": -1, "dataset": "imagenet", "device": "cuda"}
     with pytest.raises(ConfigError) as info:
         TrainConfig.from_dict(bad)
     err = info.value
@@ -183,7 +227,8 @@ BAD_VALUES = [
     ("lr", "fast", r"expected a number"),
     ("batch_size", str(10**7), r"allowed 1 to 65536"),
     ("batch_size", "0", r"allowed 1 to 65536"),
-    ("epochs", "0", r"allowed 1 to 1000"),
+    ("epochs", "-1", r"allowed 0 to 1000"),
+    ("epochs", "1001", r"allowed 0 to 1000"),
     ("epochs", "2.5", r"expected a whole number"),
     ("num_layers", "99", r"allowed 1 to 8"),
     ("dropout", "1.5", r"allowed 0 to 0.9"),
@@ -236,7 +281,7 @@ def test_cli_unknown_field_and_malformed_set(capsys, tmp_path):
 @pytest.mark.slow
 def test_cli_subprocess_lists_every_bad_field_once_with_exit_2(tmp_path):
     """The real command line, all at once: one message, each field with what is allowed, exit 2."""
-    bad = {"hidden_size": "0", "lr": "-1", "batch_size": str(10**7), "epochs": "0", "dataset": "nope",
+    bad = {"hidden_size": "0", "lr": "-1", "batch_size": str(10**7), "epochs": "-1", "dataset": "nope",
            "num_layers": "two", "amp": "fp8"}
     if NO_CUDA:
         bad["device"] = "cuda"
@@ -252,7 +297,7 @@ def test_cli_subprocess_lists_every_bad_field_once_with_exit_2(tmp_path):
     for key in bad:
         assert f"  {key}: " in err, f"{key} not named in:\n{err}"
     assert "allowed 1 to 4096" in err and "allowed 1e-07 to 10" in err and "allowed 1 to 65536" in err
-    assert "allowed 1 to 1000" in err and "not one of: mnist, fashion-mnist, mnist-sample" in err
+    assert "allowed 0 to 1000" in err and "not one of: mnist, fashion-mnist, mnist-sample" in err
     assert "expected a whole number, got 'two'" in err
     if NO_CUDA:
         assert "CUDA is not available" in err
@@ -296,7 +341,7 @@ def test_cli_other_commands_reject_bad_arguments(capsys, tmp_path, monkeypatch, 
 FORM_CASES = [("w_hidden_size", 0, "Hidden size", "allowed 1 to 4096"),
               ("w_lr", -1.0, "Learning rate", "allowed 1e-07 to 10"),
               ("w_batch_size", 10**7, "Batch size", "allowed 1 to 65536"),
-              ("w_epochs", 0, "Epochs", "allowed 1 to 1000")]
+              ("w_epochs", -1, "Epochs", "allowed 0 to 1000")]
 
 
 def test_form_names_each_bad_field_and_disables_start(monkeypatch, tmp_path):
