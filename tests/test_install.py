@@ -1,0 +1,109 @@
+"""`pip install .` gives a brnn_core that works without the checkout: the wheel, installed into a fresh
+venv, trains from an empty folder with `brnn train`, and its job registry starts a worker there.
+
+The fresh venv reads the pinned dependencies from this interpreter's site-packages through a .pth file
+(offline, seconds); its own site-packages, which holds only the wheel, comes first on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import REPO, worker_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
+
+TINY = ["--set", "epochs=1", "--set", "hidden_size=8", "--set", "num_layers=1", "--set", "batch_size=500",
+        "--set", "drawn_share=0", "--set", "dataset=mnist-sample", "--set", "device=cpu"]
+
+# Started with `python -I` from the empty folder: the registry's worker must find brnn_core by itself.
+START_WORKER = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    import brnn_core
+    from brnn_core.config import TrainConfig
+    from brnn_core.runs.jobs import JobRegistry
+
+    cfg = TrainConfig(epochs=1, hidden_size=8, num_layers=1, batch_size=500, drawn_share=0,
+                      dataset="mnist-sample", device="cpu")
+    run = JobRegistry().start(Path("runs"), cfg)  # relative: the worker runs in this folder too
+    deadline = time.monotonic() + 120
+    while run.status().get("state") not in ("finished", "failed", "interrupted", "stopped"):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    print(json.dumps({"file": brnn_core.__file__, "state": run.status().get("state"),
+                      "log": (run.path / "worker.log").read_text()[-2000:]}))
+""")
+
+
+def _bin(venv: Path, name: str) -> Path:
+    return venv / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A venv holding only the brnn_core wheel (built from a copy of the sources, so the checkout stays clean)."""
+    pytest.importorskip("setuptools", minversion="68", reason="the build backend pyproject.toml names")
+    tmp = tmp_path_factory.mktemp("install")
+    src = tmp / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "brnn_core", src / "brnn_core", ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", str(src), "--no-deps", "--no-build-isolation", "-w", str(tmp / "wheels")],
+                   check=True, capture_output=True, timeout=120)
+    wheel = next((tmp / "wheels").glob("brnn_dashboard-*.whl"))
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    python = _bin(venv, "python")
+    subprocess.run([*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)],
+                   check=True, capture_output=True, timeout=120)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "pinned-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return venv
+
+
+@pytest.fixture
+def outside(tmp_path) -> tuple[Path, dict[str, str]]:
+    """An empty folder outside the checkout, and an environment that names no checkout path."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    env = worker_env(BRNN_DATA_DIR=str(tmp_path / "data"))
+    for key in ("PYTHONPATH", "BRNN_RUNS_DIR", "PYTHONHOME"):
+        env.pop(key, None)
+    return cwd, env
+
+
+def test_brnn_trains_from_any_folder(installed, outside):
+    cwd, env = outside
+    help_ = subprocess.run([str(_bin(installed, "brnn")), "--help"], cwd=cwd, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert help_.returncode == 0 and "train" in help_.stdout, help_.stderr
+    out = subprocess.run([str(_bin(installed, "brnn")), "train", *TINY, "--runs-dir", "runs"], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run,) = [p for p in (cwd / "runs").iterdir() if (p / "status.json").is_file()]
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    assert (run / "checkpoints" / "best.pt").is_file()
+
+
+def test_the_installed_job_registry_starts_its_worker_in_the_callers_folder(installed, outside):
+    cwd, env = outside
+    out = subprocess.run([str(_bin(installed, "python")), "-I", "-c", START_WORKER], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert Path(result["file"]).is_relative_to(installed), result["file"]
+    assert not (Path(result["file"]).parents[1] / "ui").exists(), "the dashboard's packages were installed"
+    assert result["state"] == "finished", result["log"]
