@@ -101,3 +101,15 @@ def test_attribution_overlay_scale_ignores_one_extreme_pixel():
     np.testing.assert_allclose(np.asarray(overlay.z), attr)
     assert overlay.colorscale[2][1] == "rgba(255,255,255,0)"  # zero attribution is see-through
     assert fig.layout.title.text == f"{charts.ATTRIBUTION_TITLE}: 7"
+
+
+def test_epoch_axes_keep_their_ticks_apart_on_long_runs():
+    """One tick per epoch runs together ('0123456789101112…') after a dozen epochs: at most ten ticks."""
+    rows = [{"step": 10 * e, "epoch": e, "split": split, "loss": 1.0 / e, "accuracy": 0.5, "lr": 0.01,
+             "samples_per_s": 1.0, "elapsed_s": float(e)} for e in range(1, 41) for split in ("train", "val")]
+    metrics = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    for figure in (charts.epoch_loss_figure(metrics), charts.accuracy_figure(metrics)):
+        assert 40 / figure.layout.xaxis.dtick <= charts.MAX_EPOCH_TICKS
+        assert figure.layout.xaxis.dtick in (5, 10)
+    short = charts.epoch_loss_figure(metrics[metrics["epoch"] <= 3])
+    assert short.layout.xaxis.dtick == 1

@@ -241,20 +241,41 @@ def test_init_from_another_architecture_fails_clearly(tmp_path, trained_ckpt):
     assert "set hidden_size=32 num_layers=2 head=bidir input_scale=standard to match it" in run.status()["message"]
 
 
+def test_weights_that_trained_on_the_drawings_are_scored_on_the_held_out_ones(tmp_path, sample, trained_ckpt):
+    """A taught checkpoint, or one fine-tuned from it, has seen every drawing but the held-out ones: its score
+    counts only those, and says so."""
+    import torch
+
+    saved = save_many(tmp_path, sample.train_x[:20], sample.train_y[:20])
+    held = sum(d.held_out for d in saved)
+    assert 0 < held < len(saved)
+    raw = torch.load(trained_ckpt, weights_only=True)
+    taught, child = tmp_path / "taught.pt", tmp_path / "child.pt"
+    torch.save(raw | {"train_config": raw["train_config"] | {"my_drawings": 0.2}}, taught)
+    torch.save(raw | {"train_config": raw["train_config"] | {"my_drawings": 0.0, "init_from": str(taught)}}, child)
+    assert checkpoint_accuracy(trained_ckpt, tmp_path) == (pytest.approx(checkpoint_accuracy(
+        trained_ckpt, tmp_path).accuracy), 20, False)
+    for path in (taught, child):
+        score = checkpoint_accuracy(path, tmp_path)
+        assert score.count == held and score.held_out_only, (path.name, score)
+    taught.unlink()  # a start checkpoint that cannot be read: it may have seen them
+    assert checkpoint_accuracy(child, tmp_path).held_out_only
+
+
 def test_score_memo_keeps_what_a_server_read_for_the_next_one(tmp_path, monkeypatch):
     """One file instead of a thousand: valid only for the same drawings and the same checkpoint file."""
     from brnn_core.inference import scores as scores_module
-    from brnn_core.inference.scores import ScoreMemo
+    from brnn_core.inference.scores import DrawingScore, ScoreMemo
 
     monkeypatch.setattr(scores_module, "MEMO_EVERY_S", 0.0)
     path, ckpt = tmp_path / ".drawing-scores.json", tmp_path / "run" / "best.pt"
     memo = ScoreMemo(path)
     assert memo.get(ckpt, "sig", (1, 2)) == (False, None)
-    memo.put(ckpt, "sig", (1, 2), (0.8, 12))
+    memo.put(ckpt, "sig", (1, 2), DrawingScore(0.8, 12, False))
     memo.put(tmp_path / "other.pt", "sig", (3, 4), None)  # too few drawings of its classes: known, no score
     memo.save()
     again = ScoreMemo(path)
-    assert again.get(ckpt, "sig", (1, 2)) == (True, (0.8, 12))
+    assert again.get(ckpt, "sig", (1, 2)) == (True, (0.8, 12, False))
     assert again.get(tmp_path / "other.pt", "sig", (3, 4)) == (True, None)
     assert again.get(ckpt, "new drawings", (1, 2)) == (False, None)  # the drawings changed
     assert again.get(ckpt, "sig", (5, 2)) == (False, None)  # the checkpoint was rewritten

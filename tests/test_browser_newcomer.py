@@ -1,0 +1,276 @@
+"""A newcomer's path in a real browser at 1400 px, on one fresh server: train with the defaults, change the
+lr live (a bad value is caught first), pause and resume, draw and save drawings, Teach it until before -> after
+shows, the Runs page, a small sweep, Train with these settings, Open best in Predict; and every page opened
+first in a new browser session. On each page no label may be cut off (an ellipsis, or text clipped by its box).
+
+Skipped without Chromium unless BRNN_REQUIRE_BROWSER=1. With BRNN_UPDATE_SCREENSHOTS=1 the shots named in the
+README are copied to docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from browser_server import CHROMIUM, browser_page, launch_chromium, screenshot, start_server, stop_server
+from helpers import REPO, kill_workers
+from test_browser_sweep import PLOT_LINES_JS
+
+from brnn_core.runs.rundir import Run, list_runs
+from brnn_core.sweep.records import list_sweeps
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:
+    expect = sync_playwright = None
+
+REQUIRED = os.environ.get("BRNN_REQUIRE_BROWSER") == "1"
+if not CHROMIUM.is_file() or sync_playwright is None:
+    reason = f"{CHROMIUM} or the playwright package is missing"
+    if REQUIRED:
+        pytest.fail(f"BRNN_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.worker]
+SHOTS = REPO / "test-output" / "screenshots"
+T = 120_000  # ms: anything visible
+LONG = 900_000  # ms: the default run to its end, a sweep, on two busy cores
+if expect is not None:
+    expect.set_options(timeout=T)
+
+# Visible elements with text of their own whose content is wider than their box while the box clips it
+# (an ellipsis or hidden overflow): a label the user cannot read whole. Scrolling boxes (code) do not count.
+CUT_JS = """() => {
+    const cut = [];
+    for (const el of document.querySelectorAll('[data-testid=stMain] *, [data-testid=stSidebar] *')) {
+        if (!el.offsetParent || el.closest('.js-plotly-plot, [data-testid=stDataFrame], pre, code')) continue;
+        if (![...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())) continue;
+        const cs = getComputedStyle(el);
+        const clips = cs.textOverflow === 'ellipsis' || ['hidden', 'clip'].includes(cs.overflowX);
+        if (clips && el.scrollWidth > el.clientWidth + 1) cut.push(el.textContent.trim().slice(0, 80));
+    }
+    return cut;
+}"""
+
+
+def no_cut_labels(page, where: str) -> None:
+    page.wait_for_timeout(300)  # a rerun's last elements in place
+    cut = page.evaluate(CUT_JS)
+    assert not cut, f"{where}: labels cut off at {page.viewport_size['width']} px: {cut}"
+
+
+def no_exception(page, where: str) -> None:
+    errors = page.locator("[data-testid=stException]")
+    assert errors.count() == 0, f"{where}: {errors.first.inner_text()[:500]}"
+
+
+def enter(field, value: str) -> None:
+    field.fill(value)
+    field.press("Enter")
+
+
+def draw(page, points: list[tuple[float, float]]) -> None:
+    canvas = page.locator("[data-testid=stBidiComponentIsolated] canvas.upper-canvas")
+    expect(canvas).to_be_visible()
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    page.mouse.move(box["x"] + points[0][0], box["y"] + points[0][1])
+    page.mouse.down()
+    for x, y in points[1:]:
+        page.mouse.move(box["x"] + x, box["y"] + y, steps=10)
+    page.mouse.up()
+
+
+SEVEN = ([(60, 55), (220, 55)], [(220, 55), (170, 140), (125, 240)])
+ONE = ([(140, 40), (140, 240)],)
+SHAPES = {"7": SEVEN, "1": ONE, "0": ([(140, 40), (80, 90), (80, 190), (140, 240), (200, 190), (200, 90),
+                                      (140, 40)],)}
+
+
+def draw_and_save(page, strokes, label: str) -> None:
+    """Draw on a fresh canvas until a prediction shows, then save it as `label`."""
+    prediction = page.locator("[data-testid=stMetric]").filter(has_text="Prediction")
+    for attempt in range(3):  # a canvas mounted a moment ago may miss the first stroke: draw it again
+        for stroke in strokes:
+            draw(page, stroke)
+        try:
+            expect(prediction).to_be_visible(timeout=30_000)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    page.get_by_role("button", name=label, exact=True).click()
+    expect(page.get_by_text(re.compile(rf"^Saved as {label}")).first).to_be_visible()
+    expect(prediction).to_have_count(0)  # a fresh canvas
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("newcomer")
+    runs, data = root / "runs", root / "data"
+    runs.mkdir()
+    srv = start_server(runs, data, root / "server.log", env={"OMP_NUM_THREADS": "1"})
+    try:
+        yield srv, runs, data
+    finally:
+        stop_server(srv)
+        kill_workers(runs)
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    with browser_page(SHOTS / "newcomer-last-state.png", T) as pg:
+        yield pg
+
+
+def test_train_with_the_defaults_live_lr_pause_and_resume(server, page):
+    srv, runs, _ = server
+    page.goto(srv.url)
+    expect(page.get_by_role("button", name="Start training")).to_be_enabled()
+    no_cut_labels(page, "Train, the form")
+    page.get_by_role("button", name="Start training").click()
+    expect(page.get_by_text(re.compile(r"Started run \S+")).first).to_be_visible()
+    page.wait_for_function("() => /step [1-9]\\d*\\//.test(document.body.innerText)", timeout=T)
+    (run,) = list_runs(runs)
+    assert run.config()["train"]["epochs"] >= 10  # the offline sample's default leaves time to try things
+    expect(page.get_by_text(re.compile(r"Start training\*?\*? is off while this run is")).first).to_be_visible()
+
+    live_lr = page.get_by_role("spinbutton", name="Peak learning rate")
+    enter(live_lr, "0")  # caught before anything is sent
+    expect(page.locator("[data-testid=stAlertContentError]").first).to_be_visible()
+    expect(page.get_by_role("button", name="Apply")).to_be_disabled()
+    enter(live_lr, "0.005")
+    expect(page.get_by_role("button", name="Apply")).to_be_enabled()
+    no_cut_labels(page, "Train, live controls")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text(re.compile(r"applied, lr 0\.01 (->|→) 0\.005 at step \d+")).first).to_be_visible()
+    screenshot(page, "train-running", SHOTS)
+
+    page.get_by_role("button", name="Pause").click()
+    expect(page.get_by_text(re.compile(r"paused at step \d+")).first).to_be_visible()
+    progress = page.locator("[data-testid=stProgress]").first
+    expect(progress).to_contain_text("paused")
+    expect(progress).not_to_contain_text("ETA")  # no time left while nothing trains
+    page.get_by_text("Event log").first.click()  # opened, it stays open while events arrive
+    screenshot(page, "train-paused", SHOTS)
+    page.get_by_role("button", name="Resume").click()
+    expect(page.get_by_text(re.compile(r"resumed at step \d+")).first).to_be_visible()
+    expect(page.locator("[data-testid=stExpanderDetails]").filter(has_text="resume").first).to_be_visible()
+
+    # to its end: the page follows, and a finished run shows no ETA
+    expect(page.locator("[data-testid=stMarkdown]").filter(has_text=run.id).filter(has_text="finished").first) \
+        .to_be_visible(timeout=LONG)
+    assert Run(run.path).status()["state"] == "finished"
+    expect(page.locator("[data-testid=stProgress]").first).not_to_contain_text("ETA")
+    no_exception(page, "Train, finished")
+    no_cut_labels(page, "Train, finished")
+
+
+def test_draw_save_and_teach_it_until_before_after_shows(server, page):
+    srv, runs, _ = server
+    page.goto(f"{srv.url}/predict")
+    expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.").first).to_be_visible()
+    no_cut_labels(page, "Predict, empty")
+    picker = page.get_by_role("combobox", name="Run checkpoint")
+    expect(picker).to_have_value(re.compile(r" · best · val acc \d+\.\d%$"))
+    for stroke in SEVEN:
+        draw(page, stroke)
+    expect(page.locator("[data-testid=stMetric]").filter(has_text="Prediction")).to_be_visible()
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"
+                           ".every(img => img.complete)", timeout=T)
+    no_cut_labels(page, "Predict, a drawn 7")
+    screenshot(page, "predict", SHOTS)
+    page.get_by_role("button", name="7", exact=True).click()
+    expect(page.get_by_text(re.compile(r"^Saved as 7")).first).to_be_visible()
+    draw(page, ONE[0])  # the next stroke: the note was about the drawing saved before
+    expect(page.get_by_text(re.compile(r"^Saved as 7"))).to_have_count(0)
+    page.get_by_role("button", name="1", exact=True).click()
+    expect(page.get_by_text(re.compile(r"^Saved as 1")).first).to_be_visible()
+    # ten drawings with a held-out one (each class's 3rd): before the click, the page says what it will show
+    expect(page.get_by_text(re.compile(r"Before → after on your drawings needs a held-out one")).first) \
+        .to_be_visible()
+    for label in ("1", "0", "0", "0", "7", "7", "1", "0"):
+        draw_and_save(page, SHAPES[label], label)
+    expect(page.get_by_text(re.compile(r"shows before → after on the \d+ held out")).first).to_be_visible()
+    screenshot(page, "predict-saved", SHOTS)
+    before = picker.input_value()
+    page.get_by_role("button", name="Teach it").click()
+    result = page.get_by_text(re.compile(r"^Taught: now predicting with \S+'s best\.pt\. your \d+ held-out "
+                                         r"drawings: \d+\.\d% → \d+\.\d%"))
+    expect(result.first).to_be_visible(timeout=LONG)
+    taught = next(r for r in list_runs(runs) if r.config()["train"].get("my_drawings"))
+    expect(picker).not_to_have_value(before)
+    expect(picker).to_have_value(re.compile(re.escape(f"{taught.id[9:11]}:{taught.id[11:13]}:{taught.id[13:15]}")))
+    # the result stands beside the button, not at the top of the page
+    teach = page.get_by_role("button", name="Teach it").bounding_box()
+    shown = result.first.bounding_box()
+    assert abs(shown["y"] - teach["y"]) < 300, (shown, teach)
+    no_exception(page, "Predict, taught")
+    no_cut_labels(page, "Predict, taught")
+
+
+def test_runs_page_follows_and_fits(server, page):
+    srv, runs, _ = server
+    page.goto(f"{srv.url}/runs")
+    expect(page.get_by_text("Inspect one run")).to_be_visible()
+    expect(page.get_by_text("Confusion matrix (test set)").first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"most confident mistakes first\)")).first).to_be_visible()
+    no_exception(page, "Runs")
+    no_cut_labels(page, "Runs")
+    screenshot(page, "runs", SHOTS)
+
+
+def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
+    srv, runs, _ = server
+    page.goto(f"{srv.url}/sweep")
+    expect(page.get_by_text("Sweep hyperparameters")).to_be_visible()
+    no_cut_labels(page, "Sweep, the form")
+    page.get_by_text("Resources").click()
+    no_cut_labels(page, "Sweep, resources")
+    page.get_by_text("Base settings").click()
+    for label, value in (("Epochs", "1"), ("Hidden size", "8"), ("LSTM layers", "1")):
+        enter(page.get_by_label(label, exact=True), value)
+        expect(page.get_by_label(label, exact=True)).to_have_value(value)
+    enter(page.get_by_role("textbox", name="lr", exact=True), "grid:0.01,0.003")
+    enter(page.get_by_label("Trials", exact=True), "1")
+    expect(page.get_by_text("2 trial(s) of lr grid:0.01,0.003").first).to_be_visible()
+    page.get_by_role("button", name="Start sweep").click()
+    expect(page.get_by_text(re.compile(r"2 of 2 trials started · 2 finished"))).to_be_visible(timeout=LONG)
+    page.wait_for_function(f"() => ({PLOT_LINES_JS})('parcoords') === 2", timeout=T)
+    no_exception(page, "Sweep, finished")
+    no_cut_labels(page, "Sweep, finished")
+    page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollTo(0, 0)")
+    screenshot(page, "sweep", SHOTS)
+    sweep = list_sweeps(runs)[0]
+    best = Run(runs / sweep.info()["best"]["run_id"])
+
+    page.get_by_role("button", name="Train with these settings").click()
+    expect(page.get_by_role("heading", name="Train a bidirectional LSTM")).to_be_visible()
+    no_exception(page, "Train with these settings")
+    expect(page.get_by_role("spinbutton", name="Hidden size")).to_have_value("8")
+    expect(page.get_by_role("spinbutton", name="Learning rate")).to_have_value(
+        f"{best.config()['train']['lr']:.5f}")
+
+    page.goto(f"{srv.url}/sweep")
+    page.get_by_role("button", name="Open best in Predict").click()
+    picker = page.get_by_role("combobox", name="Run checkpoint")
+    time = best.id.split("-")[1]
+    expect(picker).to_have_value(re.compile(rf"^{time[:2]}:{time[2:4]}:{time[4:]} .* · best"))
+    expect(page.get_by_text("BiLSTM hidden 8, 1 layers").first).to_be_visible()  # the model predicting is it
+
+
+@pytest.mark.parametrize("path", ["/sweep", "/predict", "/runs", "/"])
+def test_each_page_first_in_a_new_browser_session(server, path):
+    """A second person (a new browser context: no session, no cookies) whose first page is `path`."""
+    srv, _, _ = server
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = context.new_page()
+        pg.goto(srv.url + path)
+        expect(pg.locator("h1").first).to_be_visible(timeout=T)
+        pg.wait_for_load_state("networkidle")
+        no_exception(pg, path)
+        no_cut_labels(pg, path)
+        browser.close()
