@@ -30,13 +30,13 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m brnn_core bench
 
-# everything the CUDA path must prove (bench/README.md, "GPU"); one line and exit 0 without CUDA.
+# everything the CUDA path must prove (benchmarks/README.md, "GPU"); one line and exit 0 without CUDA.
 # Fashion-MNIST from $$BRNN_DATA_DIR (a GPU machine has no internet: carry the four files along)
 bench-gpu: $(STAMP)
-	$(PY) bench/cuda_check.py
+	$(PY) -m benchmarks.cuda_check
 
 clean-venv:
 	rm -rf $(VENV)
 
 soak: $(STAMP)
-	$(PY) bench/soak.py --minutes 30
+	$(PY) -m benchmarks.soak --minutes 30

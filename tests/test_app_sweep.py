@@ -158,11 +158,7 @@ def test_stop_sweep_stops_a_running_sweep(tmp_path, monkeypatch):
 
 def test_train_with_these_settings_fills_the_train_page(dirs):
     """The best trial's best-config.json becomes the Train page's form, widgets included."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from sweep_page import SWEEP_ID, make_sweep
+    from benchmarks.sweep_page import SWEEP_ID, make_sweep
 
     runs_dir, _ = dirs
     make_sweep(runs_dir, 3)

@@ -1,4 +1,4 @@
-"""`make bench-gpu` (bench/cuda_check.py): one line and exit 0 without CUDA; every check runs (CPU smoke test)."""
+"""`make bench-gpu` (benchmarks/cuda_check.py): one line and exit 0 without CUDA; every check runs (CPU smoke test)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_make_bench_gpu_without_cuda_prints_one_line_and_exits_0():
 @pytest.mark.slow
 def test_bench_gpu_checks_run_on_the_cpu(tmp_path):
     """The same script at smoke sizes on the CPU: every check produces its rows and the results are written."""
-    proc = subprocess.run([sys.executable, "bench/cuda_check.py", "--device", "cpu", "--quick", "--out",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.cuda_check", "--device", "cpu", "--quick", "--out",
                            str(tmp_path), "--only", "crash,accuracy,picker"], cwd=REPO,
                           env=worker_env(CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

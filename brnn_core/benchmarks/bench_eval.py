@@ -14,7 +14,7 @@ def bench_eval(ctx: Context) -> list[Row]:
     spec = {"eval_dataset": name}
     specs = {"engine.evaluate": ("engine-eval", ctx.device, ctx.tuned, spec),
              "blog eval loop": ("blog-eval", ctx.device, False, spec)}
-    # the reduced-precision path, whose accuracy effect bench/eval_precision.py measures on trained checkpoints
+    # the reduced-precision path, whose accuracy effect docs/decisions/005-amp-off-by-default.md records
     low = next((m for m in ctx.amp_modes() if m != "off"), None)
     if low:
         specs[f"engine.evaluate, amp {low}"] = ("engine-eval", ctx.device, ctx.tuned, {**spec, "amp": low})
@@ -40,7 +40,8 @@ def bench_eval(ctx: Context) -> list[Row]:
         case = f"engine.evaluate, amp {low}"
         low_sps = [n / t for t in res[case]]
         rows += [
-            throughput_row("eval", case, low_sps, f"autocast {low}; accuracy effect: bench/eval_precision.md"),
+            throughput_row("eval", case, low_sps,
+                           f"autocast {low}; accuracy effect: docs/decisions/005-amp-off-by-default.md"),
             ratio_row("eval", f"engine {low} / blog", low_sps, blog_sps, target=2.0,
                       note=f"alternated; the engine in {low} autocast, the blog in fp32"),
         ]

@@ -40,15 +40,11 @@ class Sizes:
     quick_data: bool = False  # defaults/concurrent rows on mnist-sample instead of fashion-mnist
     default_reps: int = 3  # alternated CLI-run / blog-epoch pairs (defaults rows)
     concurrent_reps: int = 2  # (one run alone, two at once) rounds
-    dashboard_repeats: int = 3  # CLI / dashboard run pairs (bench/dashboard_overhead.py)
-    dashboard_epochs: int = 4
-    history_runs: tuple[int, ...] = (100, 1000, 5000)  # run folders the history rows build (bench/history.py)
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(train_steps=4, warmup_steps=2, reps=2, eval_reps=1, eval_dataset="mnist-sample", worker_reps=1,
-                   quick_data=True, default_reps=1, concurrent_reps=1, dashboard_repeats=1, dashboard_epochs=1,
-                   history_runs=(10, 50),
+                   quick_data=True, default_reps=1, concurrent_reps=1,
                    worker_overrides={"val_fraction": 0.5, "log_interval": 5, "hidden_size": 32}, worker_warmup=False,
                    predict_calls=30,
                    scaling_batches=(32, 256), scaling_hidden=(64, 128), scaling_eval_batches=(100, 500),

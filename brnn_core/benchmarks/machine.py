@@ -1,7 +1,7 @@
 """What machine a measurement ran on: CPU model, cores, torch build, source commit.
 
 Benchmark results are only comparable between runs on the same hardware and software, so every
-result file (the suite's and the scripts' in bench/) carries this description.
+result file (the suite's and the scripts' in benchmarks/) carries this description.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m brnn_core bench`: the benchmark suite (what each row means: bench/README.md).
+"""`python -m brnn_core bench`: the benchmark suite (what each row means: benchmarks/README.md).
 
 Benchmarks (pick with --only):
   train    training samples/s: brnn_core's engine vs a faithful copy of the blog loop
@@ -12,8 +12,6 @@ Benchmarks (pick with --only):
   memory   the worker's peak RSS; on CUDA also torch.cuda.max_memory_allocated
   defaults `python -m brnn_core train` with default settings vs the blog loop, full Fashion-MNIST epochs
   concurrent  two default CLI runs at once vs one alone: summed samples/s, neither starving
-  dashboard   a run started from the Train page while Chromium streams it vs the same run from the CLI
-  history     N runs in the folder (100, 1,000, 5,000): runs_table, each page's rerun, a Predict stroke
 
 Comparisons are measured alternately (A B A B ...) in one process so that a machine whose load
 changes affects both sides alike; each row reports the median and the range over repetitions.
@@ -35,7 +33,6 @@ from pathlib import Path
 
 import torch
 
-from brnn_core.benchmarks.bench_dashboard import bench_dashboard, bench_history
 from brnn_core.benchmarks.bench_defaults import bench_concurrent, bench_defaults
 from brnn_core.benchmarks.bench_eval import bench_eval
 from brnn_core.benchmarks.bench_predict import bench_predict
@@ -52,24 +49,23 @@ from brnn_core.devices import device_problem, resolve_device
 from brnn_core.training.allocator import tune_malloc
 from brnn_core.training.threads import cpu_threads
 
-BENCHES = ("train", "amp", "worker", "eval", "predict", "scaling", "memory", "defaults", "concurrent", "dashboard",
-           "history")
+BENCHES = ("train", "amp", "worker", "eval", "predict", "scaling", "memory", "defaults", "concurrent")
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "train": bench_train, "amp": bench_amp, "worker": bench_worker, "eval": bench_eval,
     "predict": bench_predict, "scaling": bench_scaling, "memory": bench_memory, "defaults": bench_defaults,
-    "concurrent": bench_concurrent, "dashboard": bench_dashboard, "history": bench_history,
+    "concurrent": bench_concurrent,
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m brnn_core bench",
-                                     description="Benchmark suite; see bench/README.md for what each row means.")
+                                     description="Benchmark suite; see benchmarks/README.md for what each row means.")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, under a minute)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     parser.add_argument("--only", action="append", default=[], metavar="NAMES",
                         help=f"comma-separated benchmarks to run (default all): {', '.join(BENCHES)}")
-    parser.add_argument("--out", type=Path, default=Path("bench/results"),
-                        help="results folder (default bench/results)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"),
+                        help="results folder (default benchmarks/results)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per side of each comparison")
     parser.add_argument("--steps", type=int, default=None, help="training steps per measurement")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the whole run")

@@ -1,0 +1,168 @@
+"""The checks of `make bench-gpu` that train: crash, speed, accuracy and amp (what each row means: its docstring)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import TYPE_CHECKING
+
+import torch
+
+from brnn_core.benchmarks import blog_baseline as blog
+from brnn_core.benchmarks.rows import alternate
+from brnn_core.benchmarks.sides import BlogTrainer, EngineTrainer
+from brnn_core.config import TrainConfig
+from brnn_core.devices import cpu_has_bf16
+from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.runs.rundir import create_run, new_run_config
+from brnn_core.training.engine import evaluate, make_optimizer, train_one_epoch
+from brnn_core.training.worker import run_training
+
+if TYPE_CHECKING:
+    from benchmarks.cuda_checks_bench import Bench
+
+CUDNN_MESSAGE = "cudnn RNN backward can only be called in training mode"
+
+
+# ------------------------------------------------------------------ crash
+def blog_sequence_without_fix(device, x, y) -> str:
+    """The blog's loop as it shipped: train, evaluate (model.eval(), never undone), train again."""
+    model, criterion = blog.make_model(device)
+    optimizer = blog.make_optimizer(model)
+    loader = blog.make_loader(x[:1000], y[:1000])
+    test_loader = blog.make_loader(x[1000:1200], y[1000:1200], shuffle=False)
+
+    def one_step() -> None:
+        images, labels = next(iter(loader))
+        loss = criterion(model(images.view(-1, 28, 28).to(device)), labels.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    one_step()  # epoch 1 (a new nn.Module starts in training mode)
+    blog.evaluate(model, test_loader, criterion, device)  # validation: model.eval()
+    try:
+        one_step()  # epoch 2, still in eval mode
+        return "no error"
+    except RuntimeError as exc:
+        return str(exc).strip().splitlines()[0]
+
+
+def engine_sequence(device, x, y) -> bool:
+    """brnn_core's engine through the same sequence, with an explicit model.eval() in between too."""
+    torch.manual_seed(0)
+    model = BiLSTM(ModelConfig()).to(device)
+    opt = make_optimizer(model.parameters(), "adam", 0.01)
+    xs, ys = x[:2000].to(device), y[:2000].to(device)
+    order = lambda: torch.randperm(len(xs), device=device).split(100)  # noqa: E731
+    first = train_one_epoch(model, opt, xs, ys, order())
+    evaluate(model, xs, ys)
+    model.eval()  # a caller that leaves the model in eval mode cannot break the next epoch
+    second = train_one_epoch(model, opt, xs, ys, order(), step=first.step)
+    return first.completed and second.completed and math.isfinite(second.loss)
+
+
+def check_crash(b: Bench) -> None:
+    x, y = b.train_data()
+    found = blog_sequence_without_fix(b.device, x, y)
+    expected = b.device.type == "cuda"
+    b.add("crash", "blog loop without its fix: train, eval(), train", "raised", float(CUDNN_MESSAGE in found), "",
+          target="cuDNN error" if expected else "", met=(CUDNN_MESSAGE in found) if expected else None,
+          note=found if expected else f"{found} (CPU LSTMs have no cuDNN rule: only a GPU can show it)")
+    ok = engine_sequence(b.device, x, y)
+    b.add("crash", "brnn_core engine: train, evaluate, eval(), train", "survived", float(ok), "", target="runs",
+          met=ok, note="model.mode() is the one place train/eval is switched")
+
+
+# ------------------------------------------------------------------ speed
+def check_speed(b: Bench) -> None:
+    x, y = b.train_data()
+    engine, blog_side = EngineTrainer(x, y, b.device), BlogTrainer(x, y, b.device)
+    engine_steps, blog_steps = (20, 5) if b.quick else (400, 100)
+    engine.run(10 if b.quick else 50)  # warm-up: cuDNN autotuning, allocator
+    blog_side.run(5 if b.quick else 20)
+    res = alternate({"engine": lambda: engine.samples_per_s(engine_steps),
+                     "blog": lambda: blog_side.samples_per_s(blog_steps)}, 2 if b.quick else 3, lambda m: None)
+    e, g = statistics.median(res["engine"]), statistics.median(res["blog"])
+    b.add("speed", "brnn_core engine (defaults, loss read every 10 steps)", "throughput", e, "samples/s",
+          values=res["engine"], note=f"{engine_steps} steps per measurement, batch 100")
+    b.add("speed", "blog loop (DataLoader of PIL images, loss.item() per step)", "throughput", g, "samples/s",
+          values=res["blog"], note=f"{blog_steps} steps per measurement")
+    b.add("speed", "engine / blog", "ratio", e / g, "x", values=[a / c for a, c in zip(res["engine"], res["blog"],
+                                                                                     strict=True)],
+          target=">= 3", met=e / g >= 3)
+
+
+# ------------------------------------------------------------------ accuracy (and amp)
+def brnn_run(b: Bench, seed: int, amp: str = "off") -> dict:
+    """A real run through training.worker.run_training; its test accuracy, samples/s and fp16 skipped steps."""
+    cfg = TrainConfig(dataset=b.dataset, epochs=b.epochs, device=str(b.device), seed=seed, amp=amp,
+                      **({"hidden_size": 32} if b.quick else {})).validate()
+    run = create_run(b.tmp / "runs", new_run_config(cfg, b.data_dir))
+    state = run_training(run, data_dir=b.data_dir)
+    status = run.status()
+    if state != "finished":
+        raise RuntimeError(f"brnn_core run ended {state}: {status.get('message')}")
+    metrics = run.metrics()
+    rates = metrics[metrics["split"] == "train"]["samples_per_s"].iloc[1:]
+    return {"test_acc": status["test_acc"], "samples_per_s": float(rates.median()),
+            "skipped": status.get("skipped_steps")}
+
+
+def blog_accuracy(b: Bench, seed: int) -> float:
+    """The blog script's 2 epochs on the full training set (it has no validation split), test accuracy."""
+    torch.manual_seed(seed)
+    model, criterion = blog.make_model(b.device, hidden_size=32 if b.quick else 128)
+    optimizer = blog.make_optimizer(model)
+    loader = blog.make_loader(b.ds.train_x, b.ds.train_y, generator=torch.Generator().manual_seed(seed))
+    test_loader = blog.make_loader(b.ds.test_x, b.ds.test_y, shuffle=False)
+    for epoch in range(b.epochs):
+        blog.train_steps(model, loader, criterion, optimizer, b.device, epoch=epoch, num_epochs=b.epochs,
+                         log=lambda m: None)
+    return blog.evaluate(model, test_loader, criterion, b.device)[1]
+
+
+def check_accuracy(b: Bench) -> None:
+    if b.ds is None:
+        b.add("accuracy", "test accuracy after 2 epochs", "accuracy", None, "%", note=b.data_note)
+        return
+    seeds = range(b.args.seeds)
+    ours = [100 * brnn_run(b, s)["test_acc"] for s in seeds]
+    theirs = [100 * blog_accuracy(b, s) for s in seeds]
+    what = f"{b.epochs} epoch(s) of {b.dataset}, seeds {list(seeds)}"
+    b.add("accuracy", "brnn_core run (defaults: bidir head, 10% held out)", "accuracy", statistics.mean(ours), "%",
+          values=ours, note=what)
+    b.add("accuracy", "blog loop (out[:, -1, :], the whole training set)", "accuracy", statistics.mean(theirs), "%",
+          values=theirs, note=what)
+    diff = statistics.mean(ours) - statistics.mean(theirs)
+    b.add("accuracy", "brnn_core - blog", "difference", diff, "points", target=">= -0.5", met=diff >= -0.5,
+          note="mean over the seeds; brnn_core trains on 10% fewer images (validation split)")
+
+
+def amp_modes(b: Bench) -> list[str]:
+    if b.device.type == "cuda":
+        return ["off", "bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["off", "fp16"]
+    return ["off", "bf16"] if cpu_has_bf16() else ["off"]  # fp16 trains on CUDA only
+
+
+def check_amp(b: Bench) -> None:
+    x, y = b.train_data()
+    modes = amp_modes(b)
+    trainers = {m: EngineTrainer(x, y, b.device, amp=m) for m in modes}
+    steps = 10 if b.quick else 300
+    for t in trainers.values():
+        t.run(5 if b.quick else 50)
+    res = alternate({m: (lambda t=t: t.samples_per_s(steps)) for m, t in trainers.items()}, 2 if b.quick else 3,
+                    lambda m: None)
+    for m in modes:
+        b.add("amp", f"engine, amp {m if m != 'off' else 'off (fp32)'}", "throughput",
+              statistics.median(res[m]), "samples/s", values=res[m],
+              note="fp16 with loss scaling (LossScaler)" if m == "fp16" else "")
+    if b.ds is None:
+        b.add("amp", "test accuracy per precision", "accuracy", None, "%", note=b.data_note)
+        return
+    for m in modes:
+        info = brnn_run(b, 0, amp=m)
+        note = f"{b.epochs} epoch(s), seed 0" + (f"; {info['skipped']} steps skipped by fp16 overflow"
+                                                 if m == "fp16" else "")
+        b.add("amp", f"brnn_core run, amp {m}", "accuracy", 100 * info["test_acc"], "%", note=note)
