@@ -6,7 +6,6 @@ Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failu
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,9 +27,9 @@ from brnn_core.devices import amp_problem, device_problem, resolve_device
 from brnn_core.inference.predictor import Predictor
 from brnn_core.runs.branch import create_planned, parse_from, plan_branch
 from brnn_core.runs.index import update_store
-from brnn_core.runs.progress import eta_seconds, format_eta
+from brnn_core.runs.progress import ProgressPrinter
+from brnn_core.runs.protocol import SET
 from brnn_core.runs.rundir import (
-    Run,
     RunError,
     create_run,
     default_runs_dir,
@@ -42,8 +41,8 @@ from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
 from brnn_core.training.engine import evaluate
+from brnn_core.training.session import run_training
 from brnn_core.training.teach import TeachError, teach_config
-from brnn_core.training.worker import run_training
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -82,7 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one field, e.g. --set lr=0.001 (repeatable)")
     train.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $BRNN_RUNS_DIR or ./runs)")
-    train.add_argument("--run-dir", type=Path, help="use exactly this run directory (the dashboard's worker does)")
     train.add_argument("--resume", metavar="RUN", help="continue a run (directory or id) from its last.pt")
     train.add_argument("--from", dest="from_run", metavar="RUN[:last|:best]",
                        help="branch: a new run (beside RUN) that starts from RUN's checkpoint, last.pt by default "
@@ -149,28 +147,19 @@ def cmd_train(args) -> int:
             raise BadInput(str(exc)) from None
         status = run.status()
         state = status.get("state")
-        # jobs.spawn_worker records the new worker's pid before it gets here: that live pid is us, not a rival.
-        if state in ACTIVE_STATES and status.get("pid") != os.getpid():
+        if state in ACTIVE_STATES:
             raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
         if not run.last_ckpt.is_file() and last_pt_pruned(status):  # resuming would restart it from step 0
             raise BadInput(f"run {run.id}'s last.pt was pruned by its sweep to save disk, so it cannot be resumed "
                            f"(it would start again from step 0); branch from its best.pt instead: "
                            f"python -m brnn_core train --from {run.id}:best")
         for name, value in live.items():  # applied by the worker before its first step, and logged
-            run.send_command("set", field=name, value=value)
+            run.send_command(SET, field=name, value=value)
         resume = True
-    elif args.run_dir and (args.run_dir / "config.json").is_file():
-        run, resume = Run(args.run_dir), False  # a run directory the dashboard prepared
-        if args.config or args.set:
-            raise BadInput(f"{args.run_dir} already holds a run; drop --config/--set")
     else:
         cfg = load_train_config(args.config, args.set, data_dir)
         ensure_dataset(cfg.dataset, data_dir)  # offline and missing: exit 2 before any run is created
-        if args.run_dir:
-            run = create_run(args.run_dir.parent, new_run_config(cfg, data_dir), run_id=args.run_dir.name)
-        else:
-            run = create_run(runs_dir, new_run_config(cfg, data_dir))
-        resume = False
+        run, resume = create_run(runs_dir, new_run_config(cfg, data_dir)), False
     print(f"run directory: {run.path}", flush=True)
     state = run_training(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
     status = run.status()
@@ -200,9 +189,9 @@ def cmd_teach(args) -> int:
 
 def branch_from_args(args, runs_dir: Path, data_dir: Path):
     """`train --from RUN[:last|:best]`: check the branch, fetch its dataset, then create it (not started)."""
-    if args.resume or args.config or args.run_dir:
-        raise BadInput("--from makes a new run from RUN's checkpoint: it cannot be combined with --resume, --config "
-                       "or --run-dir (change settings with --set)")
+    if args.resume or args.config:
+        raise BadInput("--from makes a new run from RUN's checkpoint: it cannot be combined with --resume or "
+                       "--config (change settings with --set)")
     try:
         ref, kind = parse_from(args.from_run)
         plan = plan_branch(runs_dir, ref, kind, parse_set(args.set))
@@ -213,39 +202,6 @@ def branch_from_args(args, runs_dir: Path, data_dir: Path):
     print(f"branch of {plan.parent.id} from its {kind}.pt (epoch {plan.checkpoint.epoch}, "
           f"step {plan.checkpoint.step})", flush=True)
     return run
-
-
-class ProgressPrinter:
-    """A one-line progress bar on a terminal; throttled plain lines when logging to a file."""
-
-    def __init__(self):
-        self.tty = sys.stdout.isatty() and os.environ.get("BRNN_PROGRESS") != "plain"
-        self.last = 0.0
-
-    def __call__(self, kind: str, info: dict) -> None:
-        if kind == "log":
-            now = time.monotonic()
-            if not self.tty and now - self.last < 5.0:
-                return
-            self.last = now
-            done, total = info["steps_done"], max(info["total_steps"], 1)
-            width = 24
-            filled = int(width * min(done / total, 1.0))
-            sps = info["samples_per_s"]
-            eta = format_eta(eta_seconds(done, total, info["elapsed_s"]))
-            line = (f"epoch {info['epoch'] + 1}/{info['live']['epochs']} [{'#' * filled}{'.' * (width - filled)}] "
-                    f"{done}/{total} loss {info['loss']:.4f} {sps:,.0f} samples/s ETA {eta}")
-            print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
-        elif kind == "epoch":
-            print(f"{'' if not self.tty else chr(10)}epoch {info['epoch']}: train loss {info['loss']:.4f}  "
-                  f"val loss {info['val_loss']:.4f}  val acc {100 * info['val_acc']:.2f}%", flush=True)
-        elif kind == "test":
-            print(f"test: loss {info['loss']:.4f}  accuracy {100 * info['accuracy']:.2f}%", flush=True)
-        elif kind == "loading":  # before the first step: reading, downloading, drawing digits (one line per 5 s)
-            now = time.monotonic()
-            if now - self.last >= 5.0:
-                self.last = now
-                print(info["message"], flush=True)
 
 
 # ---------------------------------------------------------------- evaluate / predict

@@ -1,5 +1,6 @@
-"""The control channel, both ends: the worker's `Controller` (training/control.py) and the sending side a page
-uses (runs/commands.py: `live_settings`, `send_live_changes`, `outcomes`).
+"""The control channel, both ends: the training session applying commands (training/session.py, reading them
+through training/control.py) and the sending side a page uses (runs/protocol.py: `live_settings`,
+`send_live_changes`, `outcomes`).
 
 Every command is a real line in a real control.jsonl, acknowledged in the real events.jsonl with its id; the
 last test steers a real tiny training run in this process. The same flow in a worker subprocess:
@@ -15,11 +16,14 @@ import pytest
 import torch
 from helpers import TINY, make_run, wait_for
 
+from brnn_core.config import TrainConfig
+from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.runs.commands import Outcome, live_settings, outcomes, send_live_changes
 from brnn_core.runs.rundir import Run, create_run
-from brnn_core.training.control import HEARTBEAT_S, Controller
 from brnn_core.training.engine import make_optimizer
+from brnn_core.training.recorder import Position
+from brnn_core.training.session import HEARTBEAT_S, TrainingSession
 from brnn_core.training.worker import run_training
 
 LIVE = {"lr": 0.01, "grad_clip": 0.0, "epochs": 3, "augment": "off"}
@@ -27,7 +31,7 @@ LIVE = {"lr": 0.01, "grad_clip": 0.0, "epochs": 3, "augment": "off"}
 
 @pytest.fixture
 def run(runs_dir) -> Run:
-    """A queued run whose live values are LIVE (no worker: the tests call its Controller themselves)."""
+    """A queued run whose live values are LIVE (no worker: the tests call its session themselves)."""
     return make_run(runs_dir, base=TINY, **LIVE)
 
 
@@ -36,10 +40,12 @@ def optimizer() -> torch.optim.Optimizer:
     return make_optimizer(BiLSTM(ModelConfig(hidden_size=8, num_layers=1)).parameters(), "adam", LIVE["lr"])
 
 
-def controller(run: Run, optimizer: torch.optim.Optimizer, step: int = 0) -> Controller:
-    control = Controller(run, optimizer, dict(LIVE))
-    control.step = step
-    return control
+def controller(run: Run, optimizer: torch.optim.Optimizer, step: int = 0) -> TrainingSession:
+    """A session at `step` on the run's config, as the worker builds it (no data: nothing trains)."""
+    cfg = TrainConfig.from_dict(run.config()["train"])
+    model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
+    return TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, steps_per_epoch=8,
+                           start=Position(step=step))
 
 
 def acks(run: Run) -> dict[str, dict]:
@@ -64,7 +70,7 @@ def test_pause_blocks_between_steps_until_resume_and_both_are_acknowledged(run, 
     assert (event["kind"], event["message"], event["step"]) == ("pause", "paused at step 7", 7)
 
     returned = []
-    waiter = threading.Thread(target=lambda: returned.append(control(7)), daemon=True)
+    waiter = threading.Thread(target=lambda: returned.append(control.before_step(7)), daemon=True)
     beat = run.raw_status().get("heartbeat", 0)
     waiter.start()
     # While paused the worker keeps beating (the dashboard then knows it is alive) and takes no step.
@@ -83,7 +89,7 @@ def test_a_second_pause_or_a_resume_while_running_is_acknowledged_and_changes_no
     control = controller(run, optimizer, step=3)
     ids = [run.send_command("pause"), run.send_command("pause"), run.send_command("resume"),
            run.send_command("resume")]
-    assert control(3) is True  # paused and resumed within one poll: no wait
+    assert control.before_step(3) is True  # paused and resumed within one poll: no wait
     assert [acks(run)[cid]["kind"] for cid in ids] == ["pause", "pause", "resume", "resume"]
     assert [e["kind"] for e in run.events()] == ["pause", "pause", "resume", "resume"]
     assert run.raw_status()["state"] == "running"
@@ -92,7 +98,7 @@ def test_a_second_pause_or_a_resume_while_running_is_acknowledged_and_changes_no
 def test_stop_ends_the_loop_and_records_who_asked(run, optimizer):
     control = controller(run, optimizer)
     user = run.send_command("stop")
-    assert control(12) is False
+    assert control.before_step(12) is False
     assert control.stop_requested and control.stop_reason is None
     status = run.raw_status()
     assert (status["state"], status["message"]) == ("stopping", "stopping at step 12: saving a checkpoint")
@@ -100,7 +106,7 @@ def test_stop_ends_the_loop_and_records_who_asked(run, optimizer):
 
     scheduler = controller(run, optimizer)
     asha = run.send_command("stop", source="asha", reason="below the median at epoch 2")
-    assert scheduler(14) is False
+    assert scheduler.before_step(14) is False
     assert scheduler.stop_reason == {"source": "asha", "reason": "below the median at epoch 2"}
     assert acks(run)[asha]["message"] == "stop requested at step 14 by asha: below the median at epoch 2"
 
@@ -113,15 +119,15 @@ def test_set_changes_the_live_values_and_the_optimizer_lr(run, optimizer):
             run.send_command("set", field="epochs", value="5"): ("epochs", 3, 5, "epochs 3 -> 5 at step 3"),
             run.send_command("set", field="augment", value="strong"): ("augment", "off", "strong",
                                                                          "augment off -> strong at step 3")}
-    assert control(3) is True
-    assert control.settings == {"lr": 0.001, "grad_clip": 1.5, "epochs": 5, "augment": "strong"}
-    assert isinstance(control.settings["epochs"], int)  # "5" from a form is checked and typed like the form's
+    assert control.before_step(3) is True
+    assert control.live.to_dict() == {"lr": 0.001, "grad_clip": 1.5, "epochs": 5, "augment": "strong"}
+    assert isinstance(control.live.epochs, int)  # "5" from a form is checked and typed like the form's
     assert lr_of(optimizer) == [0.001]
     for cid, (field, old, new, message) in sent.items():
         event = acks(run)[cid]
         assert (event["kind"], event["field"], event["old"], event["new"]) == ("set", field, old, new)
         assert (event["message"], event["step"], event["source"]) == (message, 3, "user")
-    assert run.raw_status()["live"] == control.settings
+    assert run.raw_status()["live"] == control.live.to_dict()
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
@@ -135,11 +141,11 @@ def test_set_changes_the_live_values_and_the_optimizer_lr(run, optimizer):
 def test_bad_values_are_refused_with_a_message_and_change_nothing(run, optimizer, field, value, message):
     control = controller(run, optimizer, step=4)
     cid = run.send_command("set", field=field, value=value)
-    assert control(4) is True  # a refused value never stops training
+    assert control.before_step(4) is True  # a refused value never stops training
     event = acks(run)[cid]
     assert event["kind"] == "warning" and event["message"].startswith(message) and event["step"] == 4, event
-    assert control.settings == LIVE and lr_of(optimizer) == [0.01]
-    assert "live" not in run.raw_status()  # no status rewrite claims a change
+    assert control.live.to_dict() == LIVE and lr_of(optimizer) == [0.01]
+    assert run.raw_status().get("live", LIVE) == LIVE  # no status rewrite claims a change
     [outcome] = outcomes(run.events(), {cid: f"{field} → {value}"})
     assert (outcome.result, outcome.message) == ("refused", event["message"])
 
@@ -150,7 +156,7 @@ def test_unknown_and_malformed_commands_are_warned_about_and_skipped(run, optimi
         fh.write("this is not json\n")
     jump = run.send_command("jump")
     lr = run.send_command("set", field="lr", value=0.002)
-    assert control(2) is True
+    assert control.before_step(2) is True
     warnings = [e["message"] for e in run.events() if e["kind"] == "warning"]
     assert warnings == ["ignored a malformed command line: 'this is not json'", "unknown command 'jump' ignored"]
     assert acks(run)[jump]["kind"] == "warning" and acks(run)[lr]["kind"] == "set"  # later lines still apply
@@ -160,13 +166,13 @@ def test_unknown_and_malformed_commands_are_warned_about_and_skipped(run, optimi
 def test_each_command_is_applied_once_in_file_order_even_across_workers(run, optimizer):
     first = controller(run, optimizer, step=5)
     ids = [run.send_command("set", field="lr", value=0.005), run.send_command("stop")]
-    assert first(5) is False  # the stop saves the offset in status.json: the next worker starts after it
+    assert first.before_step(5) is False  # the stop saves the offset in status.json: the next worker starts after it
     # A half-written line (the sender is mid-append) waits until its newline arrives.
     with open(run.control_path, "a") as fh:
         fh.write('{"id": "late-pause", "cmd": "pau')
     second = controller(run, optimizer, step=5)
-    assert second.offset == run.raw_status()["control_offset"] > 0
-    assert second(5) is True  # neither the set nor the stop is applied again
+    assert second.control.offset == run.raw_status()["control_offset"] > 0
+    assert second.before_step(5) is True  # neither the set nor the stop is applied again
     assert [e.get("command") for e in run.events()] == ids
     with open(run.control_path, "a") as fh:
         fh.write('se"}\n')
@@ -177,7 +183,7 @@ def test_each_command_is_applied_once_in_file_order_even_across_workers(run, opt
     assert lr_of(optimizer) == [0.002]
 
 
-# ------------------------------------------------------------------ the sending side (runs/commands.py)
+# ------------------------------------------------------------------ the sending side (runs/protocol.py)
 def test_live_settings_come_from_the_status_else_from_the_config(run, runs_dir):
     assert live_settings(run, run.raw_status()) == LIVE  # no worker has reported yet: config.json's values
     running = {"live": {"lr": 0.002, "grad_clip": 1.0, "epochs": 4, "augment": "light"}}

@@ -143,14 +143,14 @@ def test_sigkill_at_random_moments_then_resume_20_times(tmp_path, zygote, idx_da
     """kill -> check -> resume -> kill ... on one run, killing during steps, checkpoint writes and appends.
 
     Cycles 1 and 20 start the worker exactly as the dashboard does (jobs.spawn_worker: a fresh
-    `python -m brnn_core train` process); the others are forked from a launcher that already imported
-    torch (the same `cli.main` code, without seconds of imports per cycle).
+    `python -m brnn_core.training.worker` process); the others are forked from a launcher that already
+    imported torch (the same `worker.main` code, without seconds of imports per cycle).
     """
     seed = int(os.environ.get("BRNN_KILL_SEED") or time.time_ns() % 2**32)
     rng = random.Random(seed)
     run = make_run(tmp_path / "runs", base=TINY, dataset="mnist")
     log = run.path / "worker.log"
-    resume_argv = ["train", "--run-dir", run.path, "--resume", run.path, "--data-dir", idx_data]
+    resume_argv = ["worker", run.path, "--resume", "--data-dir", idx_data]
     ckpt_step: int | None = None
     rows_checked = 0
     history = []

@@ -105,7 +105,7 @@ def test_disk_full_fails_the_run_and_spares_the_others(tmp_path, zygote, idx_dat
     run = make_run(runs_dir, base=TINY, dataset="mnist", epochs=2)
     (run.path / target).unlink()
     (run.path / target).symlink_to("/dev/full")
-    pid = zygote.fork(["train", "--run-dir", run.path, "--data-dir", idx_data], tmp_path / "worker.log")
+    pid = zygote.fork(["worker", run.path, "--data-dir", idx_data], tmp_path / "worker.log")
     try:
         rc = zygote.wait(pid, timeout=300)
     finally:
@@ -211,7 +211,7 @@ def test_read_only_runs_folder_for_an_unprivileged_worker(zygote, idx_data):
         for path in [run.path, *run.path.iterdir()]:
             if path != run.checkpoint_dir:
                 os.chown(path, user.pw_uid, user.pw_gid)
-        pid = zygote.fork(["train", "--run-dir", run.path, "--data-dir", idx_data], base / "worker.log", **nobody)
+        pid = zygote.fork(["worker", run.path, "--data-dir", idx_data], base / "worker.log", **nobody)
         try:
             rc = zygote.wait(pid, timeout=300)
         finally:

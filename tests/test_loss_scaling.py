@@ -13,13 +13,13 @@ import torch
 from helpers import make_run
 
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.config import LIVE_FIELDS, TrainConfig
+from brnn_core.config import TrainConfig
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.training.engine import fit, grad_scaler, make_optimizer, train_one_epoch
 from brnn_core.training.loss_scaling import STUCK_WINDOW, LossScaler
-from brnn_core.training.recorder import Position, Recorder
+from brnn_core.training.recorder import Position
+from brnn_core.training.session import TrainingSession
 from brnn_core.training.warmstart import restore
-from brnn_core.training.worker import end_diverged
 
 CPU = torch.device("cpu")
 
@@ -71,19 +71,18 @@ def test_a_run_that_skips_most_steps_ends_diverged_and_says_why(sample, runs_dir
     model = tiny()
     opt = make_optimizer(model.parameters(), "adam", 0.01)
     scaler = LossScaler("cpu", init_scale=2.0**60, backoff_factor=0.99)
-    settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
-    rec = Recorder(run, cfg, model, opt, classes=sample.classes, settings=settings, start=Position(),
-                   steps_per_epoch=30, scaler=scaler)
+    rec = TrainingSession(run, cfg, model, opt, classes=sample.classes, start=Position(), steps_per_epoch=30,
+                          scaler=scaler)
     x, y = data(sample, 300)
     with aten_lstm():
         result = fit(model, opt, x, y, x[:50], y[:50], epochs=5, batch_size=10, seed=0, log_interval=10,
-                     amp="fp16", hooks=rec.hooks(None), scaler=scaler)
+                     amp="fp16", hooks=rec.hooks(), scaler=scaler)
     assert result.state == "diverged" and result.step == STUCK_WINDOW  # the first log point with a full window
     assert scaler.skipped_steps() == STUCK_WINDOW  # every single step
     warnings = [e for e in run.events() if e["kind"] == "warning"]
     assert len(warnings) == 1 and "skipped 10 of the last 10 steps" in warnings[0]["message"]
     assert run.status()["skipped_steps"] == 90  # written with the last logged point before the end
-    end_diverged(run, cfg, settings, result, scaler)
+    rec.end_diverged(result)
     status = run.status()
     assert status["state"] == "diverged" and status["skipped_steps"] == STUCK_WINDOW
     assert f"fp16 loss scaling skipped {STUCK_WINDOW} of the last {STUCK_WINDOW} steps" in status["message"]
@@ -101,9 +100,8 @@ def test_grad_scaler_state_round_trips_through_a_checkpoint(sample, runs_dir):
     x, y = data(sample, 300)
     with aten_lstm():
         first = train_one_epoch(model, opt, x, y, torch.arange(300).split(10), amp="fp16", scaler=scaler)
-    settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
-    rec = Recorder(run, cfg, model, opt, classes=sample.classes, settings=settings,
-                   start=Position(0, 30, first.step), steps_per_epoch=30, scaler=scaler)
+    rec = TrainingSession(run, cfg, model, opt, classes=sample.classes, start=Position(0, 30, first.step),
+                          steps_per_epoch=30, scaler=scaler)
     rec.save_last()
     saved = scaler.state_dict()
     assert saved["skipped_steps"] > 0 and saved["steps"] == 30 and saved["scale"] != 2.0**24, saved
@@ -112,7 +110,7 @@ def test_grad_scaler_state_round_trips_through_a_checkpoint(sample, runs_dir):
     model2 = tiny(seed=1)
     opt2 = make_optimizer(model2.parameters(), "adam", 0.01)
     fresh = LossScaler("cpu")  # as the worker makes it before restoring
-    position = restore(run, model2, opt2, dict(settings), scaler=fresh)
+    position, _ = restore(run, model2, opt2, scaler=fresh)
     assert position.step == first.step and fresh.state_dict() == saved
     assert fresh.get_scale() == scaler.get_scale() and fresh.skipped_steps() == scaler.skipped_steps()
     with aten_lstm():  # both go on alike from the same state

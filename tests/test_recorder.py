@@ -1,7 +1,8 @@
-"""The Recorder (training/recorder.py): fit's hooks that write a run directory as it trains.
+"""Recording a run as it trains: the training session's fit hooks (training/session.py) and its Recorder
+(training/recorder.py), which writes the rows and checkpoints.
 
-Its hooks are called here the way `engine.fit` calls them, with chosen losses, so every row, status field
-and checkpoint can be checked to the number; the last tests run it inside a real tiny training run.
+The hooks are called here the way `engine.fit` calls them, with chosen losses, so every row, status field
+and checkpoint can be checked to the number; the last tests run them inside a real tiny training run.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import torch
 from helpers import TINY, make_run
 
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.config import LIVE_FIELDS, TrainConfig
+from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.runs.rundir import Run
 from brnn_core.training import recorder as recorder_module
 from brnn_core.training.engine import EpochResult, EvalResult, LogPoint, make_optimizer
-from brnn_core.training.recorder import CHECKPOINT_EVERY_S, Position, Recorder
+from brnn_core.training.recorder import CHECKPOINT_EVERY_S, Position
+from brnn_core.training.session import TrainingSession
 from brnn_core.training.worker import run_training
 
 RUN = {**TINY, "epochs": 3, "augment": "off", "lr_schedule": "constant"}
@@ -32,20 +34,19 @@ def run(runs_dir) -> Run:
     return make_run(runs_dir, base=RUN)
 
 
-def recorder(run: Run, start: Position | None = None) -> tuple[Recorder, list[tuple[str, dict]]]:
-    """A Recorder on a fresh hidden-8 model, as the worker builds it; and what it printed."""
+def recorder(run: Run, start: Position | None = None) -> tuple[TrainingSession, list[tuple[str, dict]]]:
+    """A training session on a fresh hidden-8 model, as the worker builds it; and what it printed."""
     cfg = TrainConfig.from_dict(run.config()["train"])
     torch.manual_seed(0)
     model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
     printed: list[tuple[str, dict]] = []
-    settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
-    rec = Recorder(run, cfg, model, optimizer, classes=MNIST_CLASSES, settings=settings, start=start or Position(),
-                   steps_per_epoch=SPE, printer=lambda kind, info: printed.append((kind, info)))
+    rec = TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, start=start or Position(),
+                          steps_per_epoch=SPE, printer=lambda kind, info: printed.append((kind, info)))
     return rec, printed
 
 
-def epoch_end(rec: Recorder, epoch: int, val_loss: float, val_acc: float, train_loss: float) -> None:
+def epoch_end(rec: TrainingSession, epoch: int, val_loss: float, val_acc: float, train_loss: float) -> None:
     """What fit reports after validating epoch `epoch` (1-based: epochs completed)."""
     empty = torch.zeros(0)
     rec.on_epoch_end(epoch, EpochResult(epoch * SPE, SPE, train_loss, True),
@@ -91,7 +92,7 @@ def test_elapsed_time_continues_from_earlier_workers_of_the_run(run):
 # ------------------------------------------------------------------ mid-epoch checkpoints
 def test_last_pt_is_saved_mid_epoch_every_checkpoint_interval(run):
     rec, _ = recorder(run)
-    rec.last_save = time.perf_counter() - CHECKPOINT_EVERY_S - 1  # the last save is older than the interval
+    rec.recorder.last_save = time.perf_counter() - CHECKPOINT_EVERY_S - 1  # the last save is older than the interval
     rec.on_log(1, LogPoint(step=11, batch=3, loss=2.2, samples_per_s=900.0, lr=0.01))
     last = load_checkpoint(run.last_ckpt)
     assert (last.epoch, last.batch_in_epoch, last.step) == (1, 3, 11)  # a resume replays the rest of epoch 2
@@ -107,7 +108,7 @@ def test_weights_that_are_blowing_up_are_never_saved(run, why):
     rec, _ = recorder(run)
     rec.save_last()
     good = load_checkpoint(run.last_ckpt)
-    rec.last_save = time.perf_counter() - CHECKPOINT_EVERY_S - 1
+    rec.recorder.last_save = time.perf_counter() - CHECKPOINT_EVERY_S - 1
     if why == "inf-weights":
         with torch.no_grad():
             rec.model.fc.weight[0, 0] = math.inf

@@ -2,8 +2,9 @@
 
 `begin_from` picks the start: fresh, `init_from` (weights only, step 0), a branch's first start (its parent's
 checkpoint), a resume from the run's own last.pt, or `resume_from` another checkpoint (PBT's exploit). All go
-through `start_from_checkpoint`, whose trap is the optimizer state: loading it brings back the lr it was saved
-with, so the wanted values must be put back afterwards. Branches end to end (CLI, chains): test_branch.py.
+through `start_from_checkpoint`, whose trap is the optimizer state: loading it brings back the hyperparameters
+it was saved with, so the wanted values must be put back afterwards (the lr by the training session, which
+these tests build as the worker does). Branches end to end (CLI, chains): test_branch.py.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import torch
 from helpers import TINY, copy_run, make_run, stop_at
 
 from brnn_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from brnn_core.config import LIVE_FIELDS, TrainConfig
+from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.runs.branch import PARENT_CKPT, create_branch
 from brnn_core.runs.rundir import Run
 from brnn_core.training.engine import make_optimizer
 from brnn_core.training.recorder import Position
+from brnn_core.training.session import LiveSettings, TrainingSession
 from brnn_core.training.warmstart import begin_from, drop_metrics_after, drop_start_copy, start_from_checkpoint
 from brnn_core.training.worker import run_training
 
@@ -67,15 +69,15 @@ class Start:
 
 
 def begin(run: Run, *, resume: bool = False, resume_from: Path | None = None) -> Start:
-    """begin_from with the model, optimizer and live settings the worker builds from the run's config."""
+    """begin_from with the model and optimizer the worker builds from the run's config, then its session."""
     cfg = TrainConfig.from_dict(run.config()["train"])
     torch.manual_seed(cfg.seed)
     model = BiLSTM(ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, head=cfg.head))
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
-    settings = {k: getattr(cfg, k) for k in LIVE_FIELDS}
-    position, note = begin_from(run, cfg, model, optimizer, settings, MNIST_CLASSES, resume=resume,
-                                resume_from=resume_from)
-    return Start(position, note, model, optimizer, settings)
+    began = begin_from(run, cfg, model, optimizer, MNIST_CLASSES, resume=resume, resume_from=resume_from)
+    session = TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, steps_per_epoch=SPE,
+                              start=began.position, live=LiveSettings.of(cfg).with_saved(began.live))
+    return Start(began.position, began.note, model, optimizer, session.live.to_dict())
 
 
 def same_weights(model: torch.nn.Module, path: Path) -> bool:
@@ -209,7 +211,7 @@ def test_resume_from_another_runs_checkpoint(parent, runs_dir):
 def test_a_trial_exploiting_another_checkpoint_trains_on_with_the_lr_set_before_its_first_step(stopped, runs_dir):
     """PBT: the donor's last.pt brings back its lr (0.003); the trial's new lr, set before the first step, wins."""
     trial = make_run(runs_dir, base=RUN)
-    exploit = lambda control: control.apply_set("lr", 0.004, None, source="pbt", donor=stopped.id)  # noqa: E731
+    exploit = lambda session: session.change("lr", 0.004, source="pbt", donor=stopped.id)  # noqa: E731
     assert run_training(trial, data_dir=runs_dir, resume=True, resume_from=stopped.last_ckpt,
                         before_start=exploit) == "finished"
     train = trial.metrics().query("split == 'train'")
@@ -226,25 +228,24 @@ def test_the_new_lr_is_put_back_after_the_optimizer_state_is_loaded(parent):
     assert saved.optimizer_state["param_groups"][0]["lr"] == 0.01
     model = BiLSTM(saved.model_config)
     optimizer = make_optimizer(model.parameters(), "adam", 0.002, weight_decay=0.1)
-    settings = {"lr": 0.002, "grad_clip": 0.0, "epochs": 3}
-    warm = start_from_checkpoint(parent.last_ckpt, model, optimizer, settings, {"grad_clip": 2.0, "other": 1})
+    warm = start_from_checkpoint(parent.last_ckpt, model, optimizer)
     assert warm.optimizer_restored and (warm.position.epoch, warm.position.step) == (2, 2 * SPE)
-    group = optimizer.param_groups[0]
-    assert (group["lr"], group["weight_decay"]) == (0.002, 0.1)  # the saved 0.01 and 0 gave way
-    assert settings == {"lr": 0.002, "grad_clip": 2.0, "epochs": 3}  # only keys it has
+    assert optimizer.param_groups[0]["weight_decay"] == 0.1  # the saved 0 gave way
     assert torch.equal(adam_moments(optimizer), saved.optimizer_state["state"][0]["exp_avg"])
     assert torch.equal(model.state_dict()["fc.weight"], saved.model_state["fc.weight"])
-
-    again = make_optimizer(model.parameters(), "adam", 0.002)
-    start_from_checkpoint(saved, model, again, settings, {"lr": 0.0005})  # an override of the lr wins
-    assert again.param_groups[0]["lr"] == 0.0005 and settings["lr"] == 0.0005
+    # The lr is the session's to set: from its live values, whatever the loaded state brought back.
+    cfg = TrainConfig.from_dict({**RUN, "lr": 0.002, "epochs": 3})
+    live = LiveSettings.of(cfg).with_saved({"grad_clip": 2.0, "other": 1})  # only live fields
+    assert live.to_dict() == {"lr": 0.002, "grad_clip": 2.0, "epochs": 3, "augment": "off"}
+    TrainingSession(parent, cfg, model, optimizer, classes=MNIST_CLASSES, steps_per_epoch=SPE, live=live)
+    assert optimizer.param_groups[0]["lr"] == 0.002  # the saved 0.01 gave way
 
 
 def test_another_optimizer_starts_fresh_and_says_why(parent):
     saved = load_checkpoint(parent.last_ckpt)
     model = BiLSTM(saved.model_config)
     optimizer = make_optimizer(model.parameters(), "sgd", 0.05, momentum=0.5)
-    warm = start_from_checkpoint(saved, model, optimizer, {"lr": 0.05})
+    warm = start_from_checkpoint(saved, model, optimizer)
     assert not warm.optimizer_restored
     assert warm.fresh_reason == "the optimizer changed (adam -> sgd): its saved state does not apply"
     assert not optimizer.state and optimizer.param_groups[0]["momentum"] == 0.5
@@ -258,7 +259,7 @@ def test_an_optimizer_state_of_other_parameters_is_refused(tmp_path):
     save_checkpoint(path, model, classes=MNIST_CLASSES, optimizer=partial, train_config={"optimizer": "adam"})
     optimizer = make_optimizer(model.parameters(), "adam", 0.01)
     with pytest.raises(CheckpointError, match="the checkpoint's optimizer state does not fit this model"):
-        start_from_checkpoint(path, model, optimizer, {"lr": 0.01})
+        start_from_checkpoint(path, model, optimizer)
     assert not optimizer.state  # refused whole, not half-loaded
 
 
@@ -267,7 +268,7 @@ def test_weights_of_another_architecture_are_refused_naming_the_layers(parent):
     before = {k: t.clone() for k, t in model.state_dict().items()}
     optimizer = make_optimizer(model.parameters(), "adam", 0.01)
     with pytest.raises(CheckpointError) as refused:
-        start_from_checkpoint(parent.last_ckpt, model, optimizer, {"lr": 0.01})
+        start_from_checkpoint(parent.last_ckpt, model, optimizer)
     message = str(refused.value)
     assert message.startswith("checkpoint does not fit the model: layer fc.weight: expected shape (10, 32), "
                               "found (10, 16)")

@@ -21,6 +21,7 @@ torch.set_num_threads(1)
 import pandas, psutil, mlxtend.data  # noqa: F401  (what the worker imports, loaded once)
 import importlib, pkgutil, brnn_core
 from brnn_core import cli  # noqa: F401
+from brnn_core.training import worker
 for module in pkgutil.walk_packages(brnn_core.__path__, "brnn_core."):
     importlib.import_module(module.name)  # all of brnn_core now: a fork that drops root may not read the checkout
 import torch._dynamo  # noqa: F401  (the optimizers import it lazily; some tests drop root and its stdlib)
@@ -46,7 +47,8 @@ for line in sys.stdin:
                     os.setgroups([])
                     os.setgid(req["gid"])
                     os.setuid(req["uid"])
-                rc = cli.main(req["argv"])
+                argv = req["argv"]
+                rc = worker.main(argv[1:]) if argv[:1] == ["worker"] else cli.main(argv)
             except SystemExit as exc:
                 rc = exc.code if isinstance(exc.code, int) else 1
             except BaseException:
@@ -79,7 +81,8 @@ for line in sys.stdin:
 class Zygote:
     """A process that imported torch and brnn_core once and forks ready-made workers on request.
 
-    Each fork runs exactly what `python -m brnn_core train ...` runs (`cli.main(argv)`) in a new
+    Each fork runs exactly what `python -m brnn_core train ...` runs (`cli.main(argv)`), or with argv
+    ["worker", ...] what the dashboard's worker `python -m brnn_core.training.worker ...` runs, in a new
     session, so it can be SIGKILLed like the dashboard's worker, without paying seconds of imports
     per start. Only this process ever forks; the test process itself never does.
     """

@@ -1,11 +1,11 @@
 """Background jobs, the dashboard's side: start training workers (and sweep drivers) and keep track of them.
 
 The dashboard never trains in its own process: a crash must not take the UI down and GPU
-memory must be freed when a run ends. `start_worker` creates the run directory and spawns
-`python -m brnn_core train --run-dir DIR`; the page then steers it through the control channel
-(`Run.send_command`; the worker's side is training.control) and reads the run directory.
-`JobRegistry` is the one place the dashboard starts anything, runs and sweeps alike (sweep.launch
-passes it a sweep driver), so only one job trains at a time.
+memory must be freed when a run ends. `start_worker` creates the run directory and spawns the worker,
+`python -m brnn_core.training.worker DIR`; the page then steers it through the control channel
+(`Run.send_command`, runs.protocol) and reads the run directory. `spawn` is how every background process
+starts (workers here, sweep drivers in sweep.launch). `JobRegistry` is the one place the dashboard starts
+anything, runs and sweeps alike, so only one job trains at a time.
 """
 
 from __future__ import annotations
@@ -14,21 +14,23 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from brnn_core.config import TrainConfig
+from brnn_core.runs import lifecycle
 from brnn_core.runs.branch import create_branch
 from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config
-from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.states import ACTIVE_STATES
+
+WORKER_MODULE = "brnn_core.training.worker"
 
 
 def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "brnn_core", "train", "--run-dir", str(run_dir)]
-    return cmd + ["--resume", str(run_dir)] if resume else cmd
+    """The worker's argument list (never a shell line: a run directory is one argument, whatever it holds)."""
+    return [sys.executable, "-m", WORKER_MODULE, str(run_dir), *(["--resume"] if resume else [])]
 
 
 def worker_environ(base: dict[str, str], data_dir: Path | None = None) -> dict[str, str]:
@@ -41,19 +43,24 @@ def worker_environ(base: dict[str, str], data_dir: Path | None = None) -> dict[s
     return env
 
 
+def spawn(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start a background process in a session of its own (a page's rerun or Ctrl-C never reaches it), its
+    output appended to `log_path`."""
+    with open(log_path, "ab") as log:
+        # in the caller's folder: the child imports brnn_core as installed, or from the checkout the
+        # dashboard (`make run`) starts in
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True, cwd=None)
+
+
 def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False) -> subprocess.Popen:
     """Start the worker for an existing run directory; its output goes to worker.log."""
-    env = worker_environ(os.environ, data_dir)
-    with open(run.path / "worker.log", "ab") as log:
-        proc = subprocess.Popen(worker_command(run.path, resume=resume), stdout=log, stderr=subprocess.STDOUT,
-                                # in the caller's folder: the child imports brnn_core as installed, or
-                                # from the checkout the dashboard (`make run`) starts in
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=None)
+    proc = spawn(worker_command(run.path, resume=resume), run.path / "worker.log", worker_environ(os.environ, data_dir))
     try:
         started = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
         started = None
-    run.write_status(pid=proc.pid, pid_started=started, message="starting the worker")
+    lifecycle.spawned(run, proc.pid, started)  # a worker that dies before its first word reads as interrupted
     return proc
 
 
@@ -123,7 +130,7 @@ class JobRegistry:
 
     def resume(self, run: Run, *, data_dir: Path | None = None) -> None:
         def spawn():
-            run.write_status(state=State.QUEUED, message="resuming", pid=None, created=time.time())
+            lifecycle.queued_for_resume(run)
             return run.id, spawn_worker(run, data_dir=data_dir, resume=True)
 
         self.launch(run.path.parent, "run", "resuming another", spawn)

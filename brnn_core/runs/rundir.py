@@ -21,19 +21,26 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import sys
 import time
-import uuid
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import psutil
 
 from brnn_core import __version__
 from brnn_core.fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
+from brnn_core.runs.protocol import command_line
+from brnn_core.runs.status import (  # noqa: F401 - their old home: index, records, ui and tests import them here
+    QUEUED_GRACE_S,
+    REMOTE_STALE_S,
+    RunStatus,
+    last_pt_pruned,
+    true_status,
+    update_status,
+    worker_alive,
+)
 from brnn_core.states import ACTIVE_STATES, State
 
 if TYPE_CHECKING:
@@ -41,11 +48,6 @@ if TYPE_CHECKING:
 
 METRIC_COLUMNS = ["step", "epoch", "split", "loss", "accuracy", "lr", "samples_per_s", "elapsed_s"]
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-QUEUED_GRACE_S = 60.0  # a run created but never picked up by a worker for this long is dead
-# A worker on another machine (a sweep trial on a cluster node, the runs folder on shared storage): its pid
-# means nothing here, so it is alive while its heartbeat (every few seconds while it trains or waits) is
-# this fresh; long enough for a validation pass on a slow node, short enough to notice a lost node.
-REMOTE_STALE_S = 300.0
 
 
 class RunError(ValueError):
@@ -116,11 +118,9 @@ class Run:
 
     # writing
     def write_status(self, **fields: Any) -> dict:
-        status = read_json(self.status_path, {}) or {}
-        status.update(fields)
-        status["updated"] = time.time()
-        atomic_write_json(self.status_path, status)
-        return status
+        """Change documented fields of status.json (runs.status); only the training session and
+        runs.lifecycle (what no worker is there to say) call it."""
+        return update_status(self.status_path, **fields)
 
     def log_metric(self, *, step: int, epoch: float, split: str, loss: float, accuracy: float | None = None,
                    lr: float | None = None, samples_per_s: float | None = None, elapsed_s: float = 0.0) -> None:
@@ -135,7 +135,7 @@ class Run:
     def send_command(self, cmd: str, **args: Any) -> str:
         """Queue a command (pause, resume, stop, or set with field and value) for the worker; returns its id.
 
-        The worker's side, and what each command does: training.control."""
+        The format and what answers it: runs.protocol; the worker applies it in training.session."""
         cid, line = command_line(cmd, now_iso(), **args)
         append_line(self.control_path, line)
         return cid
@@ -144,8 +144,13 @@ class Run:
     def config(self) -> dict:
         return read_json(self.config_path, {}) or {}
 
+    def read_status(self) -> RunStatus:
+        """status.json, typed (a damaged file reads as a damaged status, never raises)."""
+        return RunStatus.read(self.status_path)
+
     def raw_status(self) -> dict:
-        return read_json(self.status_path, {}) or {}
+        """status.json as the worker last wrote it."""
+        return self.read_status().to_dict()
 
     def status(self) -> dict:
         """status.json with the true state: an active run whose worker is gone is `interrupted`."""
@@ -171,39 +176,6 @@ class Run:
         return out
 
 
-def true_status(status: dict) -> dict:
-    """`status` (a status.json's content, changed in place) with an active run whose worker is gone `interrupted`."""
-    state = status.get("state", State.INTERRUPTED)
-    if state in ACTIVE_STATES and not worker_alive(status):
-        status["state"] = State.INTERRUPTED
-        status["message"] = "the worker stopped without saying why (killed or crashed); resume continues " \
-                            "from the last checkpoint"
-    return status
-
-
-def last_pt_pruned(status: dict) -> bool:
-    """True when a sweep removed this run's last.pt to save disk (sweep/disk.py records it in status.json)."""
-    return bool((status.get("pruned") or {}).get("last.pt"))
-
-
-def worker_alive(status: dict) -> bool:
-    """True while the process named in status.json is the live worker of this run."""
-    pid = status.get("pid")
-    if not pid:
-        return time.time() - float(status.get("created", 0) or 0) < QUEUED_GRACE_S
-    host = status.get("host")
-    if host and host != socket.gethostname():
-        return time.time() - float(status.get("heartbeat") or 0) < REMOTE_STALE_S
-    try:
-        proc = psutil.Process(int(pid))
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        started = status.get("pid_started")
-        return started is None or abs(proc.create_time() - float(started)) < 1.0
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return False
-
-
 def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None,
                files: dict[str, Path] | None = None) -> Run:
     """Make a complete run directory in one rename: nobody ever sees a half-created run.
@@ -222,8 +194,8 @@ def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None,
         run = Run(staging)
         run.checkpoint_dir.mkdir()
         atomic_write_json(run.config_path, config)
-        atomic_write_json(run.status_path, {"state": State.QUEUED, "step": 0, "epoch": 0, "message": "queued",
-                                            "created": time.time(), "pid": None})
+        RunStatus().updated(state=State.QUEUED, step=0, epoch=0, message="queued", created=time.time(),
+                            pid=None).write(run.status_path)
         append_line(run.metrics_path, ",".join(METRIC_COLUMNS))
         run.events_path.touch()
         run.control_path.touch()
@@ -265,12 +237,6 @@ def delete_run(runs_dir: Path, run_id: str) -> None:
     trash = run.path.with_name(f".deleting-{run.id}-{secrets.token_hex(3)}")
     os.rename(run.path, trash)  # vanish from listings at once, then remove
     shutil.rmtree(trash, ignore_errors=True)
-
-
-def command_line(cmd: str, time_iso: str, **args) -> tuple[str, str]:
-    """(id, JSON line) for one command; `Run.send_command` appends it to control.jsonl."""
-    cid = uuid.uuid4().hex[:12]
-    return cid, json.dumps({"id": cid, "cmd": cmd, "time": time_iso, **args})
 
 
 def new_run_config(cfg: TrainConfig, data_dir: Path | None) -> dict:

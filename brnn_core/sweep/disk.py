@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import time
 
+from brnn_core.runs import lifecycle
 from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, ranked
@@ -64,8 +65,8 @@ def prune_last(run: Run, status: dict, why: str) -> int:
     run.log_event("pruned", f"{PRUNED_NOTE} ({size_text(size)}; {why})", file="last.pt", bytes=size,
                   step=status.get("step"))
     message = status.get("message") or ""
-    run.write_status(pruned={"last.pt": {"time": time.time(), "bytes": size, "why": why}},
-                     message=f"{message} · {PRUNED_NOTE}" if message else PRUNED_NOTE)
+    lifecycle.last_pt_pruned(run, {"time": time.time(), "bytes": size, "why": why},
+                             f"{message} · {PRUNED_NOTE}" if message else PRUNED_NOTE)
     return size
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from brnn_core.runs.jobs import JobRegistry
+from brnn_core.runs.jobs import JobRegistry, spawn
 from brnn_core.sweep.plan import SweepRequest, plan_sweep
 from brnn_core.sweep.records import RESUMABLE, Sweep, active_sweeps, sweeps_dir
 from brnn_core.sweep.space import SweepError
@@ -36,12 +36,8 @@ def request_args(request: SweepRequest) -> list[str]:
 
 def spawn_driver(sweep: Sweep, args: list[str]) -> subprocess.Popen:
     """`python -m brnn_core sweep ARGS` in its own session, its output appended to the sweep's driver.log."""
-    cmd = [sys.executable, "-m", "brnn_core", "sweep", *args]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "BRNN_PROGRESS": "plain"}
-    with open(sweep.log_path, "ab") as log:
-        # in the caller's folder, like a run's worker (runs.jobs.spawn_worker)
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=None, start_new_session=True)
+    return spawn([sys.executable, "-m", "brnn_core", "sweep", *args], sweep.log_path, env)
 
 
 def spawn_sweep(runs_dir: Path, data_dir: Path, request: SweepRequest) -> tuple[str, subprocess.Popen]:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from brnn_core.runs import lifecycle
 from brnn_core.runs.index import update_store
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.cluster import check_cluster
@@ -247,8 +248,7 @@ def release_waiting(sweep: Sweep) -> None:
         if status.get("state") in ACTIVE_STATES and status.get("pid") == driver:
             run.log_event("stopped", "the sweep ended while this trial waited for its scheduler; last.pt is kept: "
                                      "`train --resume` continues it", step=status.get("step"))
-            run.write_status(state=State.STOPPED, ended=time.time(), pid=None,
-                             message="the sweep ended while it waited for the scheduler; resumable from last.pt")
+            lifecycle.stopped_while_waiting(run)
 
 
 def resume_sweep(sweep_id: str, runs_dir: Path, printer=print, time_budget_min: float | None = None) -> int:

@@ -22,6 +22,7 @@ from ray.tune.stopper import Stopper
 
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import atomic_write_json, read_json
+from brnn_core.runs import lifecycle
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, State
 from brnn_core.sweep.disk import prune_sweep
@@ -279,8 +280,8 @@ class SweepCallback(Callback):
             if error and status.get("state") in ACTIVE_STATES + (State.INTERRUPTED,):
                 run.log_event("error", f"the trial's process ended without finishing (Ray: {error})",
                               step=status.get("step"))
-                run.write_status(state=State.INTERRUPTED, message="the trial's process died; `sweep --resume` or "
-                                 "Resume continues it from last.pt", step=status.get("step"))
+                lifecycle.process_died(run, "the trial's process died; `sweep --resume` or Resume continues it "
+                                            "from last.pt", status.get("step"))
             status = run.status()
             state, message = status.get("state"), status.get("message") or ""
             if state in ENDED_STATES:
@@ -313,7 +314,7 @@ def record_lost_trial(sweep: Sweep, trial, error: str) -> None:
                            {**(info.get("base") or {}), **searched}, searched, info.get("scheduler", "fifo"),
                            info.get("metric", "val_loss"))
     run.log_event("error", f"the trial failed before it started: {message}")
-    run.write_status(state=State.FAILED, message=message, ended=time.time(), pid=None)
+    lifecycle.failed_before_start(run, message)
 
 
 def _fmt(value) -> str:

@@ -1,27 +1,25 @@
 """One sweep trial: a Ray Tune function trainable that is an ordinary run.
 
 The trial makes (or finds) its run directory, with `sweep_id` and its place in the sweep in
-config.json, and trains it with the worker's own `run_training`: same recorder, same control
-channel, so the Train page shows it live and Pause/Resume/Stop work on it. After each epoch's
-files are written it reports the metric to Tune.
+config.json, and trains it with the worker's own `run_training`: the same training session, so
+the Train page shows it live and Pause/Resume/Stop work on it. After each epoch's files are written
+it reports the metric to Tune. Every status write is the session's: this module writes none.
 
 How Tune's decisions reach the trial:
 - a stop from ASHA arrives as a `stop` command in control.jsonl with the scheduler's reason (see
   steering.py), so the trial ends `stopped` like a user's stop, last.pt saved, the reason as message;
-- PBT pauses a trial by ending its thread inside `tune.report` (SystemExit). The run then waits as
-  `queued` under the driver's pid until Tune starts it again, from its own checkpoint or from the
-  donor trial's one (`exploit`): weights and optimizer from the donor, then the new lr/clip applied
-  through the live-control path and logged as a `set` event with source `pbt`;
+- PBT pauses a trial by ending its thread inside `tune.report` (SystemExit). The session then hands
+  the run to the driver (`queued` under its pid) until Tune starts it again, from its own checkpoint
+  or from the donor trial's one (`exploit`): weights and optimizer from the donor, then the new
+  lr/clip set through the session's live-change path and logged as a `set` event with source `pbt`;
 - a trial started again (Tuner.restore after an interrupted sweep) continues from its last.pt.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +31,7 @@ from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.cluster import require_shared
 from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, create_trial_run, trial_run_id
-from brnn_core.training.control import Controller
-from brnn_core.training.worker import run_training
+from brnn_core.training.session import TrainingSession, run_training
 
 TUNE_MODEL = "model.pt"  # inside a Tune checkpoint: a copy of the trial's last.pt at that epoch
 TUNE_META = "trial.json"  # which run and step it came from
@@ -72,13 +69,11 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
         report_final(run, setup)  # Tune lost track of an ended trial (restored sweep): nothing to train
         return
     plan = plan_start(run, setup, searched, trial_id, tune.get_checkpoint())
-    run.write_status(ray_node=ray.get_runtime_context().get_node_id())  # which node of a cluster trains it
     try:
         state = run_training(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
-                             before_start=plan.before_start, after_epoch=Reporter(run, setup))
-    except SystemExit:  # Tune ended this trial's thread in tune.report (a PBT pause or exploit)
-        wait_for_scheduler(run, setup)
-        raise
+                             before_start=plan.before_start, after_epoch=Reporter(run, setup),
+                             handoff=(setup.driver_pid, setup.driver_started),  # Tune may end the thread
+                             status_fields={"ray_node": ray.get_runtime_context().get_node_id()})
     finally:
         if plan.source is not None:
             plan.source.unlink(missing_ok=True)
@@ -120,22 +115,18 @@ def plan_start(run: Run, setup: TrialSetup, searched: dict, trial_id: str, check
                      before_start=lambda c: apply_exploit(c, setup, searched, meta, own))
 
 
-def apply_exploit(controller: Controller, setup: TrialSetup, new: dict, donor: dict, own: dict) -> None:
+def apply_exploit(session: TrainingSession, setup: TrialSetup, new: dict, donor: dict, own: dict) -> None:
     """After restoring the donor's weights and optimizer: set the perturbed values, logged like a live change.
 
     The event's `old` is this trial's own value before the exploit (the donor's is `donor_value`)."""
-    controller.run.log_event("pbt", f"exploit: continues from run {donor['run_id']}'s checkpoint at step "
-                                    f"{donor['step']} (epoch {donor['epoch']}) with perturbed "
-                                    f"{', '.join(f'{k}={v:g}' for k, v in new.items())}",
-                             step=controller.step, donor=donor["run_id"], donor_step=donor["step"])
+    session.run.log_event("pbt", f"exploit: continues from run {donor['run_id']}'s checkpoint at step "
+                                 f"{donor['step']} (epoch {donor['epoch']}) with perturbed "
+                                 f"{', '.join(f'{k}={v:g}' for k, v in new.items())}",
+                          step=session.step, donor=donor["run_id"], donor_step=donor["step"])
     for name in [k for k in setup.searched if k in LIVE_FIELDS]:
-        donor_value = controller.settings[name]
-        controller.settings[name] = own.get(name, donor_value)
-        if name == "lr":
-            for group in controller.optimizer.param_groups:
-                group["lr"] = controller.settings[name]
-        controller.apply_set(name, new[name], None, source="pbt", donor=donor["run_id"], donor_step=donor["step"],
-                             donor_value=donor_value)
+        donor_value = getattr(session.live, name)
+        session.change(name, new[name], source="pbt", was=own.get(name, donor_value), donor=donor["run_id"],
+                       donor_step=donor["step"], donor_value=donor_value)
 
 
 class Reporter:
@@ -169,14 +160,3 @@ def report_final(run: Run, setup: TrialSetup) -> None:
         row = val.iloc[-1]
         tune.report({"epoch": int(row["epoch"]), "step": int(row["step"]), "val_loss": float(row["loss"]),
                      "val_accuracy": float(row["accuracy"]), "run_id": run.id})
-
-
-def wait_for_scheduler(run: Run, setup: TrialSetup) -> None:
-    """The trial's thread was ended by Tune between epochs: it waits, owned by the sweep's driver."""
-    with contextlib.suppress(OSError):
-        status = run.raw_status()
-        if status.get("state") in (State.RUNNING, State.LOADING, State.PAUSED):
-            run.log_event("scheduler", "paused by the sweep's scheduler: waits for a free slot to continue",
-                          step=status.get("step"))
-            run.write_status(state=State.QUEUED, pid=setup.driver_pid, pid_started=setup.driver_started,
-                             heartbeat=time.time(), message="waiting for the sweep's scheduler to continue it")

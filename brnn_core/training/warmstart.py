@@ -4,8 +4,9 @@
 (fine-tuning: weights only, step 0); a branch's first start (its parent's checkpoint, `parent.pt`);
 a resume from the run's own last.pt; or a scheduler's exploit (PBT: another trial's checkpoint,
 passed as `resume_from`). All of them go through `start_from_checkpoint`. The trap it exists for: loading an
-optimizer state brings back the hyperparameters saved with it (lr, weight decay, momentum), so
-the values the caller wants are put back into the optimizer *after* the state is loaded.
+optimizer state brings back the hyperparameters saved with it (weight decay, momentum, lr), so the values
+the optimizer was built with are put back *after* the state is loaded; the lr is the training session's
+to set (from the live values `begin_from` returns), so nothing here assigns it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from brnn_core.checkpoint import Checkpoint, CheckpointError, check_state_matche
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import atomic_write
 from brnn_core.runs.branch import PARENT_CKPT, parent_of
+from brnn_core.runs.protocol import ACKS, SET, change_message
 from brnn_core.runs.rundir import Run
 from brnn_core.training.recorder import Position, best_score
 
@@ -39,25 +41,29 @@ def optimizer_name(optimizer: torch.optim.Optimizer) -> str:
     return type(optimizer).__name__.lower()
 
 
-def start_from_checkpoint(source: Path | Checkpoint, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                          settings: dict, overrides: dict | None = None) -> WarmStart:
+@dataclass
+class Begin:
+    """How a run begins: where it stands, the live values a checkpoint brought back, a note for the start event."""
+
+    position: Position
+    live: dict = field(default_factory=dict)  # LIVE_FIELDS values saved with the checkpoint a resume continues
+    note: str | None = None
+
+
+def start_from_checkpoint(source: Path | Checkpoint, model: torch.nn.Module,
+                          optimizer: torch.optim.Optimizer) -> WarmStart:
     """Load `source`'s weights into `model` and, when it fits, its optimizer state into `optimizer`.
 
     `optimizer` must be built with the hyperparameters wanted from now on (make_optimizer with the
-    new config): after the saved state is loaded, those are written back over the saved ones.
-    `settings` (the live values, LIVE_FIELDS) is updated with `overrides` (only keys it has), and
-    its lr is what the optimizer ends with. The optimizer starts fresh when the checkpoint has no
-    optimizer state (best.pt keeps weights only) or was trained with another optimizer type.
+    new config): after the saved state is loaded, those are written back over the saved ones, all but
+    the lr, which the session sets before the first step. The optimizer starts fresh when the checkpoint
+    has no optimizer state (best.pt keeps weights only) or was trained with another optimizer type.
     Raises CheckpointError when the weights do not fit the model, naming the layers.
     """
     ckpt = source if isinstance(source, Checkpoint) else load_checkpoint(source)
     check_state_matches(model.state_dict(), ckpt.model_state)
     model.load_state_dict(ckpt.model_state)
     restored, reason = _load_optimizer(ckpt, optimizer)
-    settings.update({k: v for k, v in (overrides or {}).items() if k in settings})
-    if "lr" in settings:
-        for group in optimizer.param_groups:
-            group["lr"] = settings["lr"]
     position = Position(ckpt.epoch, ckpt.batch_in_epoch, ckpt.step, math.inf)
     return WarmStart(position, restored, reason, ckpt)
 
@@ -70,26 +76,28 @@ def _load_optimizer(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> tuple
     wanted = optimizer_name(optimizer)
     if saved and saved != wanted:
         return False, f"the optimizer changed ({saved} -> {wanted}): its saved state does not apply"
-    built = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    built = [{k: v for k, v in group.items() if k not in ("params", "lr")} for group in optimizer.param_groups]
     try:
         optimizer.load_state_dict(ckpt.optimizer_state)
     except (ValueError, KeyError) as exc:  # another parameter layout: refuse, do not half-load
         raise CheckpointError(f"the checkpoint's optimizer state does not fit this model ({exc})") from None
     for group, values in zip(optimizer.param_groups, built, strict=True):
-        group.update(values)  # the saved lr, weight decay, momentum... give way to the new ones
+        group.update(values)  # the saved weight decay, momentum... give way to the new ones
     return True, ""
 
 
 def begin_from(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               settings: dict, classes: list[str], *, resume: bool, resume_from: Path | None = None,
-               scaler: torch.amp.GradScaler | None = None) -> tuple[Position, str | None]:
-    """Where training starts and a note for the start event: the one place a start is chosen."""
+               classes: list[str], *, resume: bool, resume_from: Path | None = None,
+               scaler: torch.amp.GradScaler | None = None) -> Begin:
+    """Where training starts, the live values it brings back, a note for the start event: the one place a
+    start is chosen."""
     note = load_initial_weights(model, cfg, classes)  # fine-tuning: cfg.init_from's weights, step 0
     if unstarted_branch(run):
-        return start_branch(run, cfg, model, optimizer, settings), note
+        return Begin(start_branch(run, cfg, model, optimizer), {}, note)
     if resume:
-        return restore(run, model, optimizer, settings, resume_from, scaler=scaler), note
-    return Position(), note
+        position, live = restore(run, model, optimizer, resume_from, scaler=scaler)
+        return Begin(position, live, note)
+    return Begin(Position(), {}, note)
 
 
 def load_initial_weights(model: torch.nn.Module, cfg: TrainConfig, classes: list[str]) -> str | None:
@@ -115,18 +123,18 @@ def load_initial_weights(model: torch.nn.Module, cfg: TrainConfig, classes: list
     return f"weights from {path} (trained {ckpt.epoch} epochs, {ckpt.step} steps)"
 
 
-def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, settings: dict,
-            source: Path | None = None, *, scaler: torch.amp.GradScaler | None = None) -> Position:
-    """Continue from the run's last.pt (or `source`): weights, optimizer state, live settings and the fp16
-    loss scale; returns where it was."""
+def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, source: Path | None = None, *,
+            scaler: torch.amp.GradScaler | None = None) -> tuple[Position, dict]:
+    """Continue from the run's last.pt (or `source`): weights, optimizer state and the fp16 loss scale;
+    returns where it was and the live values saved with it."""
     if source is None and not run.last_ckpt.is_file():
         run.log_event("resume", "no checkpoint was saved yet: starting again from step 0", step=0)
         run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])
-        return Position()
+        return Position(), {}
     path = source or run.last_ckpt
     ckpt = load_checkpoint(path)
     try:  # a last.pt of another architecture: name the layers and shapes, not torch's raw error
-        start_from_checkpoint(ckpt, model, optimizer, settings, ckpt.train_config.get("live", {}))
+        start_from_checkpoint(ckpt, model, optimizer)
     except CheckpointError as exc:
         raise CheckpointError(f"{path} does not belong to this run: {exc}") from None
     if scaler is not None and ckpt.scaler_state:
@@ -139,7 +147,7 @@ def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
                             f"step {ckpt.step}"
                   + (f" ({dropped} metric rows logged after that checkpoint were dropped)" if dropped else ""),
                   step=ckpt.step)
-    return Position(ckpt.epoch, ckpt.batch_in_epoch, ckpt.step, best_val)
+    return Position(ckpt.epoch, ckpt.batch_in_epoch, ckpt.step, best_val), dict(ckpt.train_config.get("live") or {})
 
 
 def drop_metrics_after(run: Run, step: int) -> int:
@@ -163,8 +171,7 @@ def unstarted_branch(run: Run) -> bool:
     return parent_of(run) is not None and not run.last_ckpt.is_file()
 
 
-def start_branch(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 settings: dict) -> Position:
+def start_branch(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Position:
     """Load the parent's checkpoint into the fresh model and optimizer; log how the branch starts."""
     parent = parent_of(run)
     where = f"{parent['run_id']}'s {parent.get('checkpoint', 'last')}.pt"
@@ -173,7 +180,7 @@ def start_branch(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: 
         raise CheckpointError(f"{path} is missing: the copy of {where} this branch starts from is gone; "
                               "create the branch again")
     try:
-        warm = start_from_checkpoint(path, model, optimizer, settings)
+        warm = start_from_checkpoint(path, model, optimizer)
     except CheckpointError as exc:
         raise CheckpointError(f"{where} does not fit this branch: {exc}") from None
     run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])  # header only
@@ -195,12 +202,8 @@ def log_changes(run: Run, before: dict, cfg: TrainConfig, step: int) -> None:
     for name in TrainConfig.field_names():
         old, new = before.get(name), getattr(cfg, name)
         if old is not None and old != new:
-            run.log_event("set", f"{name} {_text(old)} -> {_text(new)} at step {step} (branch)", step=step,
+            run.log_event(ACKS[SET], change_message(name, old, new, step, " (branch)"), step=step,
                           field=name, old=old, new=new, source="branch")
-
-
-def _text(value) -> str:
-    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
 
 
 def drop_start_copy(run: Run) -> None:
