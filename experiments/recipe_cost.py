@@ -1,4 +1,4 @@
-"""What the default recipe costs per epoch: today's defaults against the blog's recipe, alternated.
+"""What the default recipe costs per epoch: the shipped defaults against the blog's recipe, alternated.
 
     .venv/bin/python -m experiments.recipe_cost --rounds 3
     .venv/bin/python -m experiments.recipe_cost --smoke     # one round of a tiny model: the code path only

@@ -1,13 +1,10 @@
-"""The *defaults* and *concurrent* rows: what a user gets without touching a setting (issue 12).
+"""The *defaults* and *concurrent* rows: what a user gets without touching a setting.
 
-*defaults*: `python -m brnn_core train --set dataset=D --set epochs=1` exactly as a user types it (no
-thread settings) against the blog loop training the same epoch in a plain Python process, alternated,
-full Fashion-MNIST when on disk. *concurrent*: two such CLI runs started together (as a sweep runs
-trials) against one alone: their summed samples/s, and the slower one's share (neither may starve).
-
-A CLI run's throughput is timed from its metrics.csv (elapsed_s between its first logged step and the
-last one of the epoch), so interpreter start-up, data loading, validation and the test report are
-left out, as they are for the blog loop, whose timed part is its training loop only.
+*defaults*: `python -m brnn_core train --set dataset=D --set epochs=1` as a user types it (no thread settings)
+against the blog loop training the same epoch in a plain Python process, alternated. *concurrent*: two such CLI
+runs started together against one alone: summed samples/s and the slower one's share (neither may starve).
+A CLI run is timed from its metrics.csv (first logged step to the epoch's last), so start-up, data loading,
+validation and the test report are left out, as they are for the blog loop.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """A faithful copy of the blog script's data path, model and loops: the benchmark's baseline.
 
-The blog post this project grew from ("cudnn RNN backward can only be called in training
-mode"; its BRNN demo script is kept in the project's shared seed folder) trains with
-torchvision's MNIST dataset, which hands out one PIL image per sample, `transforms.ToTensor()`
-on each, a `DataLoader(batch_size=100, shuffle=True)` without workers, a model that builds its
-zero states by hand and classifies from `out[:, -1, :]`, and `loss.item()` after every step (a
-host sync on a GPU). It evaluates through a DataLoader of batch 100 with `loss.item()` per batch.
-
-Only two things differ from the script, neither of which changes what is computed or how fast:
-- `model.train()` at the start of each epoch, the fix the blog itself applies (without it the
-  second epoch fails on cuDNN);
-- the model keeps its device as an attribute instead of reading the script's global `device`,
-  and the loops take the device as an argument (the same `.to(device)` copies still happen).
-
-The images are the same uint8 tensors brnn_core trains on, wrapped in `PILDigits`, which
-serves them exactly as `torchvision.datasets.MNIST.__getitem__` does. `train_steps` may stop
-after `max_steps` steps so a benchmark can time a fixed amount of work.
+torchvision-style PIL images per sample (`PILDigits`, served as `torchvision.datasets.MNIST.__getitem__` does),
+`ToTensor`, `DataLoader(batch_size=100, shuffle=True)`, hand-made zero states, `out[:, -1, :]`, `loss.item()` every
+step; evaluation through a DataLoader of batch 100. Two changes, neither changing what is computed or its speed:
+`model.train()` each epoch (the blog's own fix), and the device passed in instead of read from a global.
+`train_steps` may stop after `max_steps` so a benchmark can time a fixed amount of work.
 """
 
 from __future__ import annotations

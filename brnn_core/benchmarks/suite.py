@@ -1,22 +1,9 @@
 """`python -m brnn_core bench`: the benchmark suite (what each row means: benchmarks/README.md).
 
-Benchmarks (pick with --only):
-  train    training samples/s: brnn_core's engine vs a faithful copy of the blog loop
-           (brnn_core.benchmarks.blog_baseline), and the engine with a host sync every step
-  amp      the engine with mixed precision (bf16; fp16 too on CUDA) vs full precision
-  worker   the dashboard's path (jobs.start_worker: subprocess + run directory + control
-           polling) vs the bare engine: its overhead in percent; also start-up and peak RSS
-  eval     a whole test set through engine.evaluate vs the blog's evaluation loop
-  predict  280x280 RGBA canvas -> probabilities with inference.predictor.Predictor: median and p95 latency
-  scaling  throughput vs batch size, hidden size, threads and eval batch; where a step's time goes
-  memory   the worker's peak RSS; on CUDA also torch.cuda.max_memory_allocated
-  defaults `python -m brnn_core train` with default settings vs the blog loop, full Fashion-MNIST epochs
-  concurrent  two default CLI runs at once vs one alone: summed samples/s, neither starving
-
-Comparisons are measured alternately (A B A B ...) in one process so that a machine whose load
-changes affects both sides alike; each row reports the median and the range over repetitions.
-Results are printed as one table and written to OUT/<date>_<device>.{csv,json} and
-OUT/latest.{csv,json}.
+Benchmarks (pick with --only, BENCHES): train, amp, worker, eval, predict, scaling, memory, defaults, concurrent.
+Comparisons alternate (A B A B ...), each side in a fresh process where process set-up is part of what is
+compared, so a load change hits every side alike; each row reports the median and the range. Results: one
+printed table, OUT/<date>_<device>.{csv,json} and OUT/latest.{csv,json}.
 """
 
 from __future__ import annotations
