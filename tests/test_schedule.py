@@ -12,7 +12,8 @@ from helpers import make_run, wait_for
 from brnn_core.config import ConfigError, TrainConfig
 from brnn_core.runs.progress import lr_plan
 from brnn_core.schedule import FLOOR, WARMUP_START, lr_at, lr_factor, planned_lr
-from brnn_core.training.control import Controller
+from brnn_core.training.recorder import Position
+from brnn_core.training.session import TrainingSession
 from brnn_core.training.worker import run_training
 
 SPE = 9  # mnist-sample's 4,050 training images in batches of 500 (val_fraction 0.1)
@@ -60,13 +61,12 @@ def test_live_changes_set_the_scheduled_lr_and_say_so(tmp_path):
     run = make_run(tmp_path / "runs", base=RUN, epochs=2, lr=0.01)
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    settings = {"lr": 0.01, "grad_clip": 0.0, "epochs": 2, "augment": "off"}
-    controller = Controller(run, optimizer, settings, lr_at=lambda step: lr_at("cosine", settings["lr"], step,
-                                                                               settings["epochs"] * SPE))
-    controller.step = 12
-    controller.apply_set("lr", 0.004, "c1")
+    cfg = TrainConfig.from_dict(run.config()["train"])
+    session = TrainingSession(run, cfg, model, optimizer, classes=["a", "b"], steps_per_epoch=SPE,
+                              start=Position(step=12))
+    session.change("lr", 0.004, command="c1")
     assert optimizer.param_groups[0]["lr"] == pytest.approx(lr_at("cosine", 0.004, 12, 2 * SPE))
-    controller.apply_set("epochs", 4, "c2")
+    session.change("epochs", 4, command="c2")
     assert optimizer.param_groups[0]["lr"] == pytest.approx(lr_at("cosine", 0.004, 12, 4 * SPE))
     first, second = [e for e in run.events() if e.get("kind") == "set"]
     assert first["message"].startswith("lr 0.01 -> 0.004 at step 12 (the schedule's peak; lr now ")
