@@ -262,6 +262,14 @@ def resolve_epochs(epochs: int, dataset: str) -> int:
     return EPOCHS_AUTO.get(dataset, 2) if epochs == AUTO_EPOCHS else epochs
 
 
+def asks_auto_epochs(value: Any) -> bool:
+    """Whether a raw epochs value (form, `--set`, control command) is 0 = auto: a run in training needs a number."""
+    try:
+        return _coerce(value, int) == AUTO_EPOCHS
+    except (TypeError, ValueError):
+        return False
+
+
 def epochs_auto_label(dataset: str) -> str:
     """What 0 means for `dataset`, for a form's label: "0 = auto: 20 for this dataset"."""
     return f"0 = auto: {resolve_epochs(AUTO_EPOCHS, dataset)} for this dataset"

@@ -24,6 +24,7 @@ from brnn_core.config import (
     TEACH_DEFAULTS,
     ConfigError,
     TrainConfig,
+    asks_auto_epochs,
     epochs_auto_label,
     load_train_config,
     parse_set,
@@ -31,6 +32,7 @@ from brnn_core.config import (
 )
 from brnn_core.devices import DeviceError, cpu_has_bf16, device_problem, resolve_device
 from brnn_core.runs.rundir import new_run_config
+from brnn_core.training.session import LiveSettings
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
 
@@ -60,6 +62,16 @@ def test_auto_epochs_give_the_offline_sample_time_for_the_live_controls():
     assert EPOCHS_AUTO["mnist-sample"] > 2 and {EPOCHS_AUTO[d] for d in ("mnist", "fashion-mnist", "kmnist")} == {2}
     assert f"0 = auto: {EPOCHS_AUTO['mnist-sample']} for mnist-sample" in TrainConfig.help_for("epochs")
     assert TEACH_DEFAULTS["epochs"] == 2  # Teach it fine-tunes for its own explicit epochs
+
+
+def test_a_live_change_of_epochs_needs_a_number_not_auto():
+    live = LiveSettings.of(TrainConfig.from_dict({"dataset": "mnist"}, check_device=False))
+    assert live.epochs == EPOCHS_AUTO["mnist"] and live.changed("epochs", "7").epochs == 7
+    for auto in (0, "0", " 0 ", 0.0):
+        assert asks_auto_epochs(auto)
+        with pytest.raises(ValueError, match="epochs 0 \\(auto\\) is for a new run"):
+            live.changed("epochs", auto)
+    assert not asks_auto_epochs("two") and not asks_auto_epochs(3)
 
 
 def test_cli_train_records_the_resolved_epochs(tmp_path):

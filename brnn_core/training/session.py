@@ -26,7 +26,7 @@ import psutil
 import torch
 
 from brnn_core.checkpoint import CheckpointError, load_checkpoint
-from brnn_core.config import LIVE_FIELDS, TrainConfig, resolve_augment, resolve_drawn_share
+from brnn_core.config import LIVE_FIELDS, TrainConfig, asks_auto_epochs, resolve_augment, resolve_drawn_share
 from brnn_core.data.augment import Augmenter
 from brnn_core.data.datasets import DatasetError
 from brnn_core.fileio import atomic_write_json
@@ -85,6 +85,8 @@ class LiveSettings:
         """One field changed, checked and typed like the form's value; raises ValueError saying why not."""
         if name not in LIVE_FIELDS:
             raise ValueError(f"{name!r} cannot change while training (only {', '.join(LIVE_FIELDS)})")
+        if name == "epochs" and asks_auto_epochs(value):  # auto is the dataset's number for a new run only
+            raise ValueError("epochs 0 (auto) is for a new run; give the total number of epochs, at least 1")
         checked = TrainConfig.from_dict({**TrainConfig().to_dict(), **self.to_dict(), name: value},
                                         check_device=False)
         return dataclasses.replace(self, **{name: getattr(checked, name)})
