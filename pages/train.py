@@ -184,7 +184,8 @@ def on_apply_live(current: dict) -> None:
         return  # the fields say what is wrong; nothing is sent
     sent = send_live_changes(run, current, wanted)
     st.session_state.setdefault("pending", {}).setdefault(run.id, {}).update(sent)
-    flash("info", "Sent: " + ", ".join(sent.values()) if sent else "Nothing changed.")
+    # a toast: it goes by itself, while the outcome of each change shows in the live panel until it is answered
+    st.toast("Sent: " + ", ".join(sent.values()) if sent else "Nothing changed.", icon=":material/send:")
 
 
 can_resume_ckpt = run is not None and state in RESUMABLE_STATES and run.last_ckpt.is_file()
@@ -223,7 +224,7 @@ with right:
         live = live_settings(run, status)
         with st.container(border=True):
             st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
-            cols = dict(zip(LIVE_FIELDS, st.columns(len(LIVE_FIELDS)), strict=True))
+            cols = dict(zip(LIVE_FIELDS, st.columns([1.4, 1.1, 1.1, 1.2]), strict=True))
             cols["lr"].number_input("Peak learning rate", value=float(live["lr"]), format="%.5f", step=0.001,
                                     key="live_lr", min_value=0.0, help=TrainConfig.help_for("lr"))
             cols["grad_clip"].number_input("Gradient clipping", value=float(live["grad_clip"]), step=0.5,

@@ -198,3 +198,21 @@ def test_what_was_sent_to_a_run_is_not_shown_after_it_ended(dirs, finished):
     no_exception(at)
     assert not any("waiting for the worker" in c.value for c in at.caption)
     assert not at.session_state["pending"].get(run.id)
+
+
+def test_start_refused_while_another_run_trains_links_to_it(dirs, finished):
+    runs_dir, _ = dirs
+    ended = copy_run(finished, runs_dir, "20261202-080000-mnist-sample-0001")
+    busy, _ = active_copy(finished, runs_dir)
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.query_params["run"] = ended.id
+    at.run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="run_picker").value == ended.id
+    next(b for b in at.button if b.label == "Start training").click().run()
+    assert any("Not started" in e.value and busy.id in e.value for e in at.error), [e.value for e in at.error]
+    go = next(b for b in at.button if b.label.startswith("Show the run that is training"))
+    go.click().run()
+    no_exception(at)
+    assert at.sidebar.selectbox(key="run_picker").value == busy.id
+    assert at.number_input(key="live_lr").value == 0.01  # its live controls

@@ -151,7 +151,7 @@ def test_start_pause_resume_stop_a_real_worker(dirs):
     # A live change while paused: applied between steps and acknowledged in the event log.
     at.number_input(key="live_lr").set_value(0.001)
     next(b for b in at.button if b.label == "Apply").click().run()
-    assert any("Sent: lr → 0.001" in i.value for i in at.info)
+    assert any("Sent: lr → 0.001" in t.value for t in at.toast)
     wait_for(lambda: any(e["kind"] == "set" for e in run.events()), 120, "the worker to apply lr", interval=0.2)
     at.run()
     acks = [s.value for s in at.success]

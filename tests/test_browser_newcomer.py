@@ -45,6 +45,10 @@ CUT_JS = """() => {
     const cut = [];
     for (const el of document.querySelectorAll('[data-testid=stMain] *, [data-testid=stSidebar] *')) {
         if (!el.offsetParent || el.closest('.js-plotly-plot, [data-testid=stDataFrame], pre, code')) continue;
+        if (el.tagName === 'INPUT' && el.type !== 'range') {  // a value wider than its field
+            if (el.scrollWidth > el.clientWidth + 1) cut.push(`${el.getAttribute('aria-label')}: ${el.value}`);
+            continue;
+        }
         if (![...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())) continue;
         const cs = getComputedStyle(el);
         const clips = cs.textOverflow === 'ellipsis' || ['hidden', 'clip'].includes(cs.overflowX);
