@@ -14,6 +14,7 @@ from brnn_core.config import (
     OPTIMIZERS,
     ConfigError,
     TrainConfig,
+    epochs_auto_label,
     resolve_augment,
 )
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
@@ -107,7 +108,8 @@ with left:
     with st.expander("Optimisation", expanded=not active):
         field("optimizer", st.selectbox, label="Optimizer", options=OPTIMIZERS, disabled=active)
         for name, label, fmt, step in (("lr", "Learning rate", "%.5f", 0.001), ("batch_size", "Batch size", None, 10),
-                                       ("epochs", "Epochs", None, 1), ("momentum", "SGD momentum", "%.3f", 0.05),
+                                       ("epochs", f"Epochs ({epochs_auto_label(form['dataset'])})", None, 1),
+                                       ("momentum", "SGD momentum", "%.3f", 0.05),
                                        ("weight_decay", "Weight decay", "%.5f", 0.0001),
                                        ("grad_clip", "Gradient clipping (0 = off)", "%.2f", 0.5)):
             kwargs = {"format": fmt} if fmt else {}
@@ -218,7 +220,8 @@ with right:
 with right:
     if run is None:
         st.info("No runs yet: pick hyperparameters on the left and press **Start training**. "
-                "The defaults are the blog's (hidden 128, 2 layers, batch 100, lr 0.01, Adam, 2 epochs).")
+                "The defaults are the blog's (hidden 128, 2 layers, batch 100, lr 0.01, Adam), with epochs chosen "
+                "per dataset so a run lasts long enough to try the live controls.")
         st.stop()
     if active:
         live = live_settings(run, status)
