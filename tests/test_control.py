@@ -153,12 +153,13 @@ def test_bad_values_are_refused_with_a_message_and_change_nothing(run, optimizer
 def test_unknown_and_malformed_commands_are_warned_about_and_skipped(run, optimizer):
     control = controller(run, optimizer, step=2)
     with open(run.control_path, "a") as fh:
-        fh.write("this is not json\n")
+        fh.write("this is not json\n[1, 2]\n")
     jump = run.send_command("jump")
     lr = run.send_command("set", field="lr", value=0.002)
     assert control.before_step(2) is True
     warnings = [e["message"] for e in run.events() if e["kind"] == "warning"]
-    assert warnings == ["ignored a malformed command line: 'this is not json'", "unknown command 'jump' ignored"]
+    assert warnings == ["ignored a malformed command line: 'this is not json'",
+                        "ignored a malformed command line: '[1, 2]'", "unknown command 'jump' ignored"]
     assert acks(run)[jump]["kind"] == "warning" and acks(run)[lr]["kind"] == "set"  # later lines still apply
     assert lr_of(optimizer) == [0.002]
 

@@ -19,7 +19,7 @@ from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import append_line, read_complete_lines
 from brnn_core.runs.index import read_run, runs_table
-from brnn_core.runs.jobs import start_worker
+from brnn_core.runs.jobs import active_runs, start_worker
 from brnn_core.runs.rundir import (
     METRIC_COLUMNS,
     QUEUED_GRACE_S,
@@ -151,6 +151,35 @@ def test_queued_run_never_picked_up_becomes_interrupted(runs_dir):
     finished = create_run(runs_dir, {}, run_id="f")
     finished.write_status(state="finished", created=0)
     assert finished.status()["state"] == "finished"  # only active states are checked
+
+
+@pytest.mark.parametrize("content", [b"[1, 2]", b'"a string"', b"{not json", b"\xff\xfe"],
+                         ids=["list", "string", "not-json", "not-utf8"])
+def test_a_damaged_status_reads_as_a_damaged_run_with_a_note(runs_dir, content):
+    run = create_run(runs_dir, {}, run_id="d")
+    run.status_path.write_bytes(content)
+    status = run.status()  # never raises: the pages and the CLI show it like any ended run
+    assert status["state"] == "interrupted" and status["message"].startswith("status.json ")
+    assert "resume continues from the last checkpoint" in status["message"] and run.read_status().damaged
+    assert run not in active_runs(runs_dir)
+    run.write_status(state="queued", message="resuming", created=time.time())  # a resume rewrites it whole
+    assert "damaged" not in run.raw_status() and run.status()["state"] == "queued"
+
+
+def test_status_rewrites_keep_unknown_keys_and_refuse_unknown_fields(runs_dir):
+    run = create_run(runs_dir, {}, run_id="u")
+    run.status_path.write_text(json.dumps({**run.raw_status(), "from_a_later_version": {"x": 1}}))
+    run.write_status(step=5, live={"lr": 0.01})
+    status = run.read_status()
+    assert status["from_a_later_version"] == {"x": 1} and (status.step, status.live) == (5, {"lr": 0.01})
+    with pytest.raises(TypeError, match="status.json has no field 'stpe'"):
+        run.write_status(stpe=6)
+    with pytest.raises(TypeError, match="status.json field 'step' takes int, not str"):
+        run.write_status(step="6")
+    assert run.raw_status()["step"] == 5
+    old = create_run(runs_dir, {}, run_id="old")
+    old.status_path.write_text(json.dumps({"state": "finished"}))  # a run from before most fields existed
+    assert (old.read_status().step, old.read_status().live, old.status()["state"]) == (0, {}, "finished")
 
 
 @pytest.mark.parametrize("bad", ["../x", "/abs", "a/b", "", "with space", "..", ".hidden", "a..b", "-x", "x" * 129,
