@@ -220,15 +220,15 @@ def reading_figure(image: np.ndarray, rows: np.ndarray, classes: list[str]) -> g
     model's opinion once it has read down to it sit side by side."""
     steps = rows.shape[0]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.03, column_widths=[0.4, 0.6],
-                        subplot_titles=("input", "after reading rows 0..t"))
+                        subplot_titles=("input", "its prediction after each row"))
     fig.add_trace(_image_trace(image), row=1, col=1)
     fig.add_trace(go.Heatmap(z=100 * rows, x=list(classes), y=list(range(steps)), colorscale="Viridis", zmin=0,
                              zmax=100, colorbar=dict(title="%", len=0.9),
-                             hovertemplate="after row %{y}: %{x} %{z:.1f}%<extra></extra>"), row=1, col=2)
+                             hovertemplate="after row %{y}: class %{x} %{z:.1f}%<extra></extra>"), row=1, col=2)
     fig.update_yaxes(autorange="reversed", title_text="row", row=1, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=2)
     fig.update_xaxes(showticklabels=False, row=1, col=1)
-    fig.update_xaxes(type="category", row=1, col=2)
+    fig.update_xaxes(type="category", title_text="predicted class", row=1, col=2)
     fig.update_layout(title=READING_TITLE, height=380, margin=dict(l=10, r=10, t=70, b=10), uirevision="reading")
     return fig
 

@@ -41,6 +41,7 @@ class Checkpoint:
     optimizer_state: dict | None = None
     scaler_state: dict | None = None  # fp16 loss scaling (GradScaler.state_dict) in last.pt
     bare: bool = False  # loaded from a bare state_dict
+    calibration: dict = field(default_factory=dict)  # added with the test report (brnn_core.inference.calibration)
 
     def build_model(self, device: torch.device | str = "cpu") -> BiLSTM:
         model = BiLSTM(self.model_config)
@@ -73,6 +74,17 @@ def save_checkpoint(path: Path, model: BiLSTM, *, classes: list[str], train_conf
         payload["scaler_state"] = scaler.state_dict()  # the scale a resumed fp16 run continues from
     buf = io.BytesIO()
     torch.save(payload, buf)
+    atomic_write(Path(path), lambda fh: fh.write(buf.getbuffer()))
+
+
+def store_calibration(path: Path, calibration: dict) -> None:
+    """Add (or replace) a checkpoint file's "calibration" entry, keeping everything else as it is; atomic."""
+    obj = torch.load(Path(path), map_location="cpu", weights_only=True)
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a {FORMAT} file; a calibration is only stored in the dashboard's own")
+    obj["calibration"] = calibration
+    buf = io.BytesIO()
+    torch.save(obj, buf)
     atomic_write(Path(path), lambda fh: fh.write(buf.getbuffer()))
 
 
@@ -127,7 +139,8 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
                 train_config=dict(obj.get("train_config", {})), epoch=int(obj.get("epoch", 0)),
                 step=int(obj.get("step", 0)), batch_in_epoch=int(obj.get("batch_in_epoch", 0)),
                 metrics=dict(obj.get("metrics", {})), optimizer_state=obj.get("optimizer_state"),
-                scaler_state=obj.get("scaler_state"))
+                scaler_state=obj.get("scaler_state"),
+                calibration=obj["calibration"] if isinstance(obj.get("calibration"), dict) else {})
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{name}: a {FORMAT} file with a damaged header ({exc})") from None
         problem = _header_problem(ckpt)

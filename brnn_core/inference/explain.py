@@ -38,15 +38,16 @@ def backward_in_eval() -> Iterator[None]:
         yield
 
 
-def prefix_probabilities(model: nn.Module, x: torch.Tensor) -> np.ndarray:
-    """(T, C) class probabilities; row t after reading rows 0..t of `x` (T, 28) only."""
+def prefix_probabilities(model: nn.Module, x: torch.Tensor, temperature: float = 1.0) -> np.ndarray:
+    """(T, C) class probabilities; row t after reading rows 0..t of `x` (T, 28) only, logits divided by
+    `temperature` (the checkpoint's calibration)."""
     device = next(model.parameters()).device
     steps = x.shape[0]
     prefixes = x.to(device).unsqueeze(0).expand(steps, -1, -1)  # (T, T, 28): prefix t reads rows 0..t
     lengths = torch.arange(1, steps + 1)  # (T,)
     with torch.inference_mode(), mode(model, False):
         logits = model(prefixes, lengths)  # (T, C)
-    return logits.softmax(dim=1).float().cpu().numpy()
+    return (logits.float() / temperature).softmax(dim=1).cpu().numpy()
 
 
 def integrated_gradients(model: nn.Module, x: torch.Tensor, target: int | None = None,

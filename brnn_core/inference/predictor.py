@@ -1,10 +1,13 @@
 """A checkpoint ready to classify drawings: probabilities, the row-by-row reading, attribution.
 
 Images go through `model_input` first (`data.canvas.prepare`: the MNIST recipe for a drawn digit).
+Probabilities are calibrated with the checkpoint's temperature (T = 1 when it carries none), and `assess`
+also says whether the input looks like what the model was trained on (`inference.calibration`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +15,25 @@ import torch
 
 from brnn_core.checkpoint import Checkpoint, load_checkpoint
 from brnn_core.data.canvas import deslant_for, prepare
+from brnn_core.inference.calibration import Calibration, features_and_logits
 from brnn_core.inference.explain import integrated_gradients, prefix_probabilities
 from brnn_core.model import mode
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One input's prediction, and how far to trust it."""
+
+    probs: np.ndarray  # (num_classes,), calibrated when `calibrated`
+    familiar: bool | None  # False: far from every training class ("does not look like a digit"); None: unknown
+    score: float | None  # distance to the nearest training class (None without a fitted distance)
+    threshold: float | None  # `score` above it is unfamiliar
+    calibrated: bool  # False: the checkpoint carries no temperature, so T = 1
+    temperature: float
+
+    @property
+    def top(self) -> int:
+        return int(np.argmax(self.probs))
 
 
 class Predictor:
@@ -25,6 +45,13 @@ class Predictor:
         self.model = checkpoint.build_model(self.device)
         self.classes = checkpoint.classes
         self.deslant = deslant_for(self.classes)  # a drawn digit is straightened; a drawn shirt is not
+        # None for an uploaded or older checkpoint: probabilities as the model gives them (T = 1), "uncalibrated"
+        self.calibration = Calibration.from_dict(checkpoint.calibration, checkpoint.model_config.hidden_size)
+        self.temperature = self.calibration.temperature if self.calibration is not None else 1.0
+
+    @property
+    def calibrated(self) -> bool:
+        return self.calibration is not None
 
     @classmethod
     def from_checkpoint(cls, path: Path | str | bytes, device: str | torch.device = "cpu") -> Predictor:
@@ -38,13 +65,26 @@ class Predictor:
 
     @torch.inference_mode()
     def predict(self, image: np.ndarray | torch.Tensor) -> np.ndarray | None:
-        """Class probabilities (num_classes,), or None when the canvas is blank."""
+        """Calibrated class probabilities (num_classes,), or None when the canvas is blank."""
         x = self.model_input(image)
         if x is None:
             return None
         with mode(self.model, False):
             logits = self.model(x.unsqueeze(0).to(self.device))  # (1, C)
-        return logits.softmax(dim=1)[0].float().cpu().numpy()
+        return (logits.float() / self.temperature).softmax(dim=1)[0].cpu().numpy()
+
+    def assess(self, image: np.ndarray | torch.Tensor) -> Assessment | None:
+        """`predict`'s probabilities with whether the input looks like the training images (None when blank)."""
+        x = self.model_input(image)
+        if x is None:
+            return None
+        distance = self.calibration.distance if self.calibration is not None else None
+        features, logits = features_and_logits(self.model, x.unsqueeze(0), distance.features if distance else "final")
+        probs = (logits / self.temperature).softmax(dim=1)[0].numpy()
+        if distance is None:
+            return Assessment(probs, None, None, None, self.calibrated, self.temperature)
+        score = float(distance(features)[0])
+        return Assessment(probs, score <= distance.threshold, score, distance.threshold, True, self.temperature)
 
     def read_rows(self, image: np.ndarray | torch.Tensor) -> np.ndarray | None:
         """(28, num_classes): row t = class probabilities after reading only rows 0..t (None when blank).
@@ -52,7 +92,7 @@ class Predictor:
         Each prefix is a shorter sequence read in both directions, as the model reads a whole image, so
         the last row equals `predict(image)`."""
         x = self.model_input(image)
-        return None if x is None else prefix_probabilities(self.model, x)
+        return None if x is None else prefix_probabilities(self.model, x, self.temperature)
 
     def attribution(self, image: np.ndarray | torch.Tensor, target: int | None = None) -> np.ndarray | None:
         """(28, 28): how much each pixel of the model's input pushed class `target` (default: the
