@@ -293,7 +293,7 @@ class TrainingSession:
         self.run.log_event("start", f"training {self.cfg.dataset} on {where}: {sizes}, {self.steps_per_epoch} "
                                     "steps per epoch" + (f"; {note}" if note else ""), step=self.step)
 
-    def train(self, splits: Splits, *, mix: DrawingMix | None = None, config: dict | None = None,
+    def run_to_end(self, splits: Splits, *, mix: DrawingMix | None = None, config: dict | None = None,
               keeper: ThreadKeeper | None = None) -> str:
         """fit from the position to the live number of epochs, then end the run; returns the final state."""
         hooks = self.hooks()
@@ -467,7 +467,7 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Pri
         session, splits = opened.session, opened.splits
         session.begin(device_name(splits.train_x.device), f"{len(splits.train_y)} train, {len(splits.val_y)} val "
                       "images", note=opened.note, fresh_last=resume_from is not None, before_start=before_start)
-        return session.train(splits, mix=opened.mix, config=opened.config, keeper=opened.keeper)
+        return session.run_to_end(splits, mix=opened.mix, config=opened.config, keeper=opened.keeper)
     except KeyboardInterrupt:
         run.log_event("stop", "interrupted from the keyboard")
         run.write_status(state=State.INTERRUPTED, message="interrupted from the keyboard", ended=time.time())
