@@ -115,7 +115,7 @@ def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr", plan: tuple[list[i
     """The learning rate by step. With `plan` (progress.lr_plan: the schedule's past and planned lr, to the
     planned last step) the figure changes only when the lr or the plan is changed live, not with every
     logged step: the browser redraws a chart only when its figure changes, and every redraw costs a 2-core
-    machine training speed (bench/README.md, "The dashboard while it streams a run"). Without a plan, the
+    machine training speed (docs/decisions/008-live-refresh-interval.md). Without a plan, the
     logged lr as steps, run on to `until_step`."""
     fig = _figure("Learning rate", revision, x_title="step", y_title="lr", log_y=True)
     fig.update_yaxes(dtick=1, exponentformat="e")  # label powers of ten only: minor "2" and "5" read as values

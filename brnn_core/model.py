@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 # "standard": pixels in [0, 1] shifted and scaled by MNIST's mean and spread before the LSTM, so the first
-# steps already see inputs of unit size (measured: bench/README.md, "Learning-rate schedule and input scale");
+# steps already see inputs of unit size (measured: docs/decisions/009-training-recipe.md);
 # "unit": [0, 1] as they are, the blog's, and what every checkpoint from before this setting was trained on.
 INPUT_SCALES = ("standard", "unit")
 PIXEL_MEAN, PIXEL_STD = 0.1307, 0.3081

@@ -4,7 +4,7 @@ The form's learning rate is the schedule's peak. `cosine` warms up from a tenth 
 first WARMUP_SHARE of the planned steps, then follows half a cosine down to FLOOR x the peak at the
 last planned step; `constant` keeps the peak throughout (the blog's recipe). A constant lr of 0.01 to
 the end never settles: the same model trained on with a smaller lr reads unseen writers' digits
-markedly better (bench/README.md, "Learning-rate schedule").
+markedly better (docs/decisions/009-training-recipe.md).
 
 Because the lr depends only on the step, the planned steps and the peak:
 - a resumed run continues the schedule exactly where it was (the peak is saved with the live settings);

@@ -60,7 +60,7 @@ def test_damaged_checkpoint_shows_an_error_not_a_traceback(dirs, finished):
 
 # ------------------------------------------------------------------ my drawings
 def save_rendered(data_dir, sample, n: int) -> list:
-    """n canvas-like drawings of real training digits (bench/drawn_digits.py's brush), saved with labels."""
+    """n canvas-like drawings of real training digits (benchmarks/drawn_digits.py's brush), saved with labels."""
     from brnn_core.data.datasets import MNIST_CLASSES
     from brnn_core.data.drawings import save_drawing
     from brnn_core.data.strokes import render

@@ -93,7 +93,7 @@ def test_a_cache_that_cannot_be_written_costs_only_drawing_again(sample, tmp_pat
 
 def test_only_the_training_split_of_a_digit_dataset_is_redrawn(sample, tmp_path):
     cfg = TrainConfig(dataset="mnist-sample", device="cpu")
-    assert cfg.drawn_share == 0.3  # the default recipe (bench/README.md, "Handwriting")
+    assert cfg.drawn_share == 0.3  # the default recipe (docs/decisions/011-drawn-share.md)
     splits = load_splits(cfg, tmp_path, torch.device("cpu"), progress=lambda msg: None)
     train_idx, val_idx = split_train_val(len(sample.train_y), cfg.val_fraction, cfg.seed)
     drawn_idx, drawn = as_drawn.drawn_copies(sample.train_x, cfg.drawn_share, tmp_path)

@@ -37,7 +37,7 @@ NOW = 1_767_225_600.25  # a fixed time: ids and "created" are predictable
 
 
 def canvases(digits: torch.Tensor, seed: int = 0) -> list[np.ndarray]:
-    """Canvas-like drawings (brush strokes on 280x280 RGBA) of MNIST digits, as in bench/drawn_digits.py."""
+    """Canvas-like drawings (brush strokes on 280x280 RGBA) of MNIST digits, as in benchmarks/drawn_digits.py."""
     rng = np.random.default_rng(seed)
     return [render(d, rng) for d in digits.numpy()]
 

@@ -344,7 +344,7 @@ def test_storm_of_200_commands_no_deadlock_none_lost_or_reordered(tmp_path, monk
 # ------------------------------------------------------------------ a stable page layout
 @pytest.mark.parametrize("page", [None, "pages/runs.py"])
 def test_a_flash_message_does_not_shift_the_page_layout(tmp_path, monkeypatch, page):
-    """Found by bench/soak.py: a message inserted above the columns moved every element after it, and the
+    """Found by benchmarks/soak.py: a message inserted above the columns moved every element after it, and the
     browser kept the live panel's old copy on screen (two button rows, the stale one showing 'loading')."""
     runs_dir = tmp_path / "runs"
     fake_finished_run(runs_dir)

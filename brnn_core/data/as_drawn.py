@@ -3,7 +3,7 @@ redrawn with a round brush (`strokes.render`) and put through the canvas path (`
 
 Why: the model learns MNIST's pen, then is judged on canvas drawings (one hard brush width, any size and
 slant, straightened by the canvas path). Training on some of its own digits drawn that way closes most of
-that gap at no cost per step: measured in bench/README.md ("Handwriting"), with the real MNIST test digits
+that gap at no cost per step: measured in docs/decisions/011-drawn-share.md, with the real MNIST test digits
 unchanged. Digits only: a shirt drawn as pen strokes is not what a clothes model sees.
 
 The renderings depend only on the dataset's images and the share, not on the run: they are made once

@@ -4,7 +4,7 @@ A drawn digit differs from an MNIST digit in slant, size, position and pen width
 is changed on the device in a few whole-batch ops: one random affine matrix per image (rotation,
 scale, shear, translation) applied with an affine grid + `F.grid_sample`, then a random stroke
 thickness per image, blended towards a 3x3 max-pool (thicker strokes) or min-pool (thinner ones).
-No per-image PIL work and no DataLoader, so it costs little next to the LSTM (bench/README.md).
+No per-image PIL work and no DataLoader, so it costs little next to the LSTM (docs/decisions/001-augmentation.md).
 
 Randomness comes from a generator seeded by (run seed, global step): the same step always gets the
 same changes, so a resumed run replays exactly what the interrupted one would have done. Only
@@ -39,7 +39,7 @@ class AugmentStrength:
         return bool(self.rotate_deg or self.scale or self.shear_deg or self.shift_px)
 
 
-# Chosen by measurement (bench/augment_accuracy.py; numbers in bench/README.md). Half of each batch stays
+# Chosen by measurement (docs/decisions/001-augmentation.md). Half of each batch stays
 # as it is: changing every image cost accuracy within 5 epochs, changing half of them gained it. The
 # thickness blend stays below a full 3x3 min-pool, which wipes out MNIST's 2-3 px strokes.
 LEVELS: dict[str, AugmentStrength | None] = {  # the names of config.AUGMENT_LEVELS but "auto"
@@ -82,7 +82,8 @@ def affine_matrices(n: int, strength: AugmentStrength, generator: torch.Generato
 def sampling_grid(theta: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """`F.affine_grid(theta, (B, 1, H, W), align_corners=False)`, computed as one batched matmul.
 
-    Same numbers; affine_grid's broadcast matmul was the slowest part of a CPU batch (bench/README.md)."""
+    Same numbers; affine_grid's broadcast matmul was the slowest part of a CPU batch
+    (docs/decisions/001-augmentation.md)."""
     device = theta.device
     xs = (torch.arange(width, device=device) * 2 + 1) / width - 1  # pixel centres in [-1, 1]
     ys = (torch.arange(height, device=device) * 2 + 1) / height - 1
@@ -95,7 +96,7 @@ def pool3x3(x: torch.Tensor, op: Callable[[torch.Tensor, torch.Tensor], torch.Te
     """3x3 stride-1 max-pool (op=torch.maximum) or min-pool (torch.minimum) of (..., H, W), same size.
 
     Written as shifted maxima over rows, then columns: on the CPU this is over 10x faster than
-    `F.max_pool2d(x, 3, 1, 1)` for one-channel 28x28 images (bench/README.md, augmentation)."""
+    `F.max_pool2d(x, 3, 1, 1)` for one-channel 28x28 images (docs/decisions/001-augmentation.md)."""
     p = F.pad(x, (1, 1, 1, 1), value=pad)  # (..., H+2, W+2); pad never wins the max/min
     rows = op(op(p[..., :, :-2], p[..., :, 1:-1]), p[..., :, 2:])  # (..., H+2, W)
     return op(op(rows[..., :-2, :], rows[..., 1:-1, :]), rows[..., 2:, :])  # (..., H, W)

@@ -2,7 +2,7 @@
 
 Why: a model trained on MNIST's pen (soft, varying width) reads canvas drawings (a hard round brush of one
 width, any size, slant and place) worse than MNIST digits. Redrawing digits this way gives both sides of
-that gap: `bench/drawn_digits.py` scores the canvas path on held-out digits drawn like this, and training
+that gap: `benchmarks/drawn_digits.py` scores the canvas path on held-out digits drawn like this, and training
 (`as_drawn`) shows the model a share of its training digits drawn like this.
 
 How (`render`): the digit is upsampled 4x, thresholded and skeletonised (scikit-image) to 1-px strokes;

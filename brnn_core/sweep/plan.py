@@ -21,7 +21,7 @@ from brnn_core.sweep.space import SearchSpec, SweepError, default_samples, parse
 
 SCHEDULERS = ("fifo", "asha", "pbt")
 SEARCH_ALGS = ("random", "tpe")  # tpe: Optuna's Tree-structured Parzen Estimator through Ray Tune's OptunaSearch
-DEFAULT_GPU_SHARE = 0.25  # four small BiLSTMs per GPU by default (bench/README.md, "Sweeps")
+DEFAULT_GPU_SHARE = 0.25  # four small BiLSTMs per GPU by default (docs/decisions/013-sweep-concurrency.md)
 DEFAULT_KEEP_BEST = 3  # ended trials that keep last.pt (the best k); the others keep best.pt only
 CONNECT_TIMEOUT_S = 5.0
 

@@ -9,7 +9,7 @@ the process allocated before). `tune_malloc()` fixes the mmap threshold at 32 MB
 threshold at 1 GB, so the buffers are reused: the page faults disappear and CPU training runs
 faster on the same numbers (a few percent slower in a process that would not have faulted
 anyway). The cost: freed memory stays in the process until it exits, so the peak RSS is a little
-higher. The measurements, before and after: bench/README.md, "Speed work".
+higher. The measurements: docs/decisions/002-allocator-tuning.md.
 
 Called by the training worker for CPU runs and by the benchmark. A no-op outside glibc Linux,
 when BRNN_MALLOC_TUNING=0, or when the user set glibc's own MALLOC_* variables.

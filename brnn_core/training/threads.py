@@ -1,4 +1,4 @@
-"""CPU threads for training: how many each process uses (measured: bench/README.md, "Threads").
+"""CPU threads for training: how many each process uses (measured: docs/decisions/007-cpu-threads.md).
 
 - **How many threads.** Every core by default, as torch (and the blog script) would use, minus the
   cores other brnn_core training processes on this machine hold and the cores other programs keep
@@ -29,7 +29,7 @@ import psutil
 import torch
 
 REPLAN_EVERY_S = 5.0
-FOREIGN_CORE = 0.6  # other programs using this much of a core take it (bench/README.md, "Threads")
+FOREIGN_CORE = 0.6  # other programs using this much of a core take it (docs/decisions/007-cpu-threads.md)
 FIRST_SAMPLE_S = 0.25  # how long the first plan watches the machine before training starts
 
 
