@@ -107,3 +107,18 @@ def test_the_installed_job_registry_starts_its_worker_in_the_callers_folder(inst
     assert Path(result["file"]).is_relative_to(installed), result["file"]
     assert not (Path(result["file"]).parents[1] / "ui").exists(), "the dashboard's packages were installed"
     assert result["state"] == "finished", result["log"]
+
+
+@pytest.mark.worker
+def test_a_checkout_dashboard_started_from_another_folder_finds_brnn_core_in_its_workers(tmp_path, monkeypatch):
+    """`streamlit run /path/to/streamlit_app.py` from elsewhere, brnn_core not installed: the worker it starts
+    (in the caller's folder) imports the same checkout."""
+    from helpers import tiny_config, wait_for_state
+
+    from brnn_core.runs.jobs import JobRegistry
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    run = JobRegistry().start(Path("runs"), tiny_config(), data_dir=None)
+    status = wait_for_state(run, ("finished", "failed", "interrupted"), timeout=300)
+    assert status["state"] == "finished", (run.path / "worker.log").read_text()[-2000:]

@@ -47,10 +47,19 @@ def spawn(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Pop
     """Start a background process in a session of its own (a page's rerun or Ctrl-C never reaches it), its
     output appended to `log_path`."""
     with open(log_path, "ab") as log:
-        # in the caller's folder: the child imports brnn_core as installed, or from the checkout the
-        # dashboard (`make run`) starts in
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, cwd=None)
+        # in the caller's folder, importing the same brnn_core as the caller
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=with_this_checkout(env), start_new_session=True, cwd=None)
+
+
+def with_this_checkout(env: dict[str, str]) -> dict[str, str]:
+    """`env`, plus the checkout this brnn_core runs from on PYTHONPATH when it is not installed: a dashboard
+    started from another folder (`streamlit run /path/to/streamlit_app.py`) still finds it in its workers."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file():  # installed: the child imports it as the caller does
+        return env
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return env if str(root) in paths else {**env, "PYTHONPATH": os.pathsep.join([str(root), *paths])}
 
 
 def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False) -> subprocess.Popen:
