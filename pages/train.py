@@ -282,15 +282,16 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     if s.get("state") not in ACTIVE_STATES:  # what was sent to this run is answered: its state says the rest
         sent = {}
         st.session_state.get("pending", {}).pop(live_run.id, None)
+    answers = st.container()  # one element, however many answers: the elements after it keep their place
     for outcome in outcomes(events, dict(list(sent.items())[-3:])):
         if outcome.result == "applied":
-            st.success(f"{outcome.label}: applied, {outcome.message}", icon=":material/check:")
+            answers.success(f"{outcome.label}: applied, {outcome.message}", icon=":material/check:")
         elif outcome.result == "done":
-            st.info(f"{outcome.label}: {outcome.message}", icon=":material/check:")
+            answers.info(f"{outcome.label}: {outcome.message}", icon=":material/check:")
         elif outcome.result == "refused":
-            st.warning(f"{outcome.label}: {outcome.message}")
+            answers.warning(f"{outcome.label}: {outcome.message}")
         else:
-            st.caption(f"{outcome.label}: waiting for the worker…")
+            answers.caption(f"{outcome.label}: waiting for the worker…")
     metrics = live_run.metrics()
     m1, m2, m3, m4 = st.columns(4)
     train = metrics[metrics["split"] == "train"]
