@@ -25,6 +25,7 @@ from brnn_core.inference.uploads import UPLOADS_FOLDER, UploadError, save_upload
 from ui import drawings as my
 from ui.common import flash, folders, run_index, short_id, show_flashes
 from ui.navigation import ensure_navigation
+from ui.prediction import reading_caption, show_verdict
 from ui.state import pick_checkpoint, picked_checkpoint
 from ui.teach import teach_panel
 
@@ -173,12 +174,11 @@ def draw_and_predict(predictor: Predictor) -> None:
         if x is None:
             st.info("Draw a digit on the canvas to see what the model predicts.")
         else:
-            probs = predictor.predict(x.numpy())
-            top = int(np.argmax(probs))
+            assessment = predictor.assess(x.numpy())
+            probs, top = assessment.probs, assessment.top
             c1, c2 = st.columns([1, 1])
             c1.image(np.kron(x.numpy(), np.ones((6, 6))), caption="What the model sees (28×28)", clamp=True)
-            c2.metric("Prediction", predictor.classes[top])
-            c2.caption(f"{100 * probs[top]:.1f}% probability")
+            show_verdict(c2, predictor, assessment, predictor.classes)
             st.plotly_chart(charts.probabilities_figure(probs, predictor.classes), key="probs", on_select="ignore")
 
     if x is not None:
@@ -188,11 +188,7 @@ def draw_and_predict(predictor: Predictor) -> None:
                         key="reading", on_select="ignore")
         e2.plotly_chart(charts.attribution_figure(x.numpy(), predictor.attribution(x.numpy(), top),
                                                   predictor.classes[top]), key="attribution", on_select="ignore")
-        st.caption("Left: row t shows what the model predicts when it has read only rows 0 to t of the image (top "
-                   "down, and that part bottom up); the rows above the ink are its guess from a blank image. Right: "
-                   "integrated gradients from a black image; red pixels pushed it towards its answer, blue ones away. "
-                   "Attribution needs a backward pass through the LSTM, which cuDNN refuses in eval mode (the blog's "
-                   "crash), so that one call runs with cuDNN switched off: eval mode, no dropout, the same model.")
+        st.caption(reading_caption(predictor.device.type == "cuda"))
 
     st.subheader("Teach it your handwriting")
     if x is not None:
