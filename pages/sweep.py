@@ -48,6 +48,7 @@ st.caption("Ray Tune trains many settings side by side, stops bad ones early (AS
            "Every trial is an ordinary run: the Train page shows it live, with Pause, Resume and Stop.")
 show_flashes()
 
+SWEEP_EPOCHS = 2  # a trial's epochs on the page unless the Train form names a number
 BASE_FIELDS = (("epochs", "Epochs"), ("hidden_size", "Hidden size"), ("num_layers", "LSTM layers"),
                ("batch_size", "Batch size"), ("lr", "Learning rate"))
 
@@ -102,6 +103,8 @@ errors: list[str] = []
 with left:
     st.subheader("New sweep")
     base_defaults = train_form(data_dir)  # the Train page's values (its defaults when it was not visited)
+    # many trials side by side: short ones unless the Train page asked for a number (0 = its dataset's auto)
+    base_defaults = base_defaults | {"epochs": base_defaults["epochs"] or SWEEP_EPOCHS}
     with st.expander("Base settings (every trial starts from these)", expanded=False):
         default("sw_dataset", base_defaults["dataset"])
         st.selectbox("Dataset", list(DATASETS), key="sw_dataset", format_func=lambda n: DATASETS[n].title)

@@ -46,7 +46,7 @@ def test_live_augmentation_change_from_the_page_is_applied_and_acknowledged(dirs
 
     at.selectbox(key="live_augment").select("strong")
     next(b for b in at.button if b.label == "Apply").click().run()
-    assert any("Sent: augment → strong" in i.value for i in at.info)
+    assert any("Sent: augment → strong" in t.value for t in at.toast)
     wait_for(lambda: any(e["kind"] == "set" for e in run.events()), 120, "the worker to apply augment", interval=0.2)
     at.run()
     acks = [s.value for s in at.success]

@@ -26,7 +26,7 @@ from brnn_core.data.augment import (
 from brnn_core.data.batching import to_input
 from brnn_core.data.datasets import DATASETS
 from brnn_core.model import BiLSTM, ModelConfig
-from brnn_core.training import recorder
+from brnn_core.training import session
 from brnn_core.training.engine import FitHooks, evaluate, fit, make_optimizer
 from brnn_core.training.worker import run_training
 
@@ -257,7 +257,7 @@ def test_live_augment_change_is_applied_at_the_next_step_and_acknowledged(tmp_pa
         spies.append(UserAtStep5(*args, **kwargs))
         return spies[-1]
 
-    monkeypatch.setattr(recorder, "Augmenter", spy_factory)
+    monkeypatch.setattr(session, "Augmenter", spy_factory)
     assert run_training(run, data_dir=tmp_path / "data") == "finished"
     spy = spies[0]
     assert [spy.levels[s] for s in range(7)] == ["off"] * 6 + ["strong"]  # steps 0-5 plain, from step 6 on strong
