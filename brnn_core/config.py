@@ -40,6 +40,9 @@ EPOCHS_AUTO = {"mnist-sample": 20, "mnist": 2, "fashion-mnist": 2, "kmnist": 2}
 TEACH_DEFAULTS = {"my_drawings": 0.2, "epochs": 2, "lr": 0.002}
 BEST_BY = ("val_loss", "val_accuracy")
 LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
+# What a run made before a setting existed trained with (its config.json lacks the key): it resumes, and its
+# live values read, as it was; the one home of these (the worker's config, the page's live values).
+PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0}
 
 
 class ConfigError(ValueError):

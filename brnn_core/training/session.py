@@ -26,7 +26,14 @@ import psutil
 import torch
 
 from brnn_core.checkpoint import CheckpointError, load_checkpoint
-from brnn_core.config import LIVE_FIELDS, TrainConfig, asks_auto_epochs, resolve_augment, resolve_drawn_share
+from brnn_core.config import (
+    LIVE_FIELDS,
+    PRE_DEFAULTS,
+    TrainConfig,
+    asks_auto_epochs,
+    resolve_augment,
+    resolve_drawn_share,
+)
 from brnn_core.data.augment import Augmenter
 from brnn_core.data.datasets import DatasetError
 from brnn_core.fileio import atomic_write_json
@@ -56,8 +63,6 @@ from brnn_core.training.splits import Splits, device_name, load_splits, model_co
 from brnn_core.training.threads import ThreadKeeper, release_claim
 from brnn_core.training.warmstart import begin_from, drop_start_copy
 
-# What a run made before a setting existed trained with (its config.json lacks the key): resumed as it was.
-PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0}
 HEARTBEAT_S = 1.0  # status.json is rewritten at most this often between state changes (the page's heartbeat)
 PAUSE_POLL_S = 0.1
 

@@ -11,12 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from brnn_core.config import PRE_DEFAULTS
 from brnn_core.data.datasets import default_data_dir
 from brnn_core.runs.index import update_store
 from brnn_core.runs.progress import ProgressPrinter
 from brnn_core.runs.rundir import Run
 from brnn_core.states import State
-from brnn_core.training.session import PRE_DEFAULTS, run_training
+from brnn_core.training.session import run_training
 from brnn_core.training.splits import load_splits
 
 __all__ = ["PRE_DEFAULTS", "load_splits", "main", "run_training"]
