@@ -15,6 +15,7 @@ import re
 import pytest
 from browser_server import CHROMIUM, browser_page, launch_chromium, screenshot, start_server, stop_server
 from helpers import REPO, kill_workers
+from test_browser import draw_stroke as draw
 from test_browser_sweep import PLOT_LINES_JS
 
 from brnn_core.runs.rundir import Run, list_runs
@@ -74,18 +75,6 @@ def no_exception(page, where: str) -> None:
 def enter(field, value: str) -> None:
     field.fill(value)
     field.press("Enter")
-
-
-def draw(page, points: list[tuple[float, float]]) -> None:
-    canvas = page.locator("[data-testid=stBidiComponentIsolated] canvas.upper-canvas")
-    expect(canvas).to_be_visible()
-    canvas.scroll_into_view_if_needed()
-    box = canvas.bounding_box()
-    page.mouse.move(box["x"] + points[0][0], box["y"] + points[0][1])
-    page.mouse.down()
-    for x, y in points[1:]:
-        page.mouse.move(box["x"] + x, box["y"] + y, steps=10)
-    page.mouse.up()
 
 
 SEVEN = ([(60, 55), (220, 55)], [(220, 55), (170, 140), (125, 240)])
