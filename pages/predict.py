@@ -23,7 +23,7 @@ from brnn_core.data.drawings import (
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.uploads import UPLOADS_FOLDER, UploadError, save_upload
 from ui import drawings as my
-from ui.common import flash, folders, run_index, short_id, show_flashes
+from ui.common import flash, folders, picker_id, run_index, short_id, show_flashes
 from ui.navigation import ensure_navigation
 from ui.prediction import reading_caption, show_verdict
 from ui.state import pick_checkpoint, picked_checkpoint
@@ -45,18 +45,22 @@ def load_predictor(path: str, mtime: float) -> Predictor:
     return Predictor.from_checkpoint(path)
 
 
-def checkpoint_labels() -> dict[str, str]:
-    """path -> label for every saved checkpoint, best validation accuracy first (the default).
-
+def checkpoint_labels() -> tuple[dict[str, str], dict[str, str]]:
+    """(path -> short label, path -> full description) for every saved checkpoint, best validation accuracy
+    first (the default). The short label fits the sidebar's picker; the description goes under it.
     Paths are the select box's values, so a choice survives its label changing (a score appearing)."""
     choices = run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]
     scores = my.scores([c.path for c in choices], data_dir, signature)  # stored scores only: nothing evaluated
 
     def label(c) -> str:
-        acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
-        return f"{short_id(c.run_id)} · {c.kind}{acc}{my.score_label(scores[c.path])}"
+        acc = f" · {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
+        return f"{picker_id(c.run_id)} · {c.kind}{acc}{my.score_label(scores[c.path], short=True)}"
 
-    return {str(c.path): label(c) for c in choices}
+    def description(c) -> str:
+        acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
+        return f"{short_id(c.run_id)} · {c.kind}.pt{acc}{my.score_label(scores[c.path])}"
+
+    return {str(c.path): label(c) for c in choices}, {str(c.path): description(c) for c in choices}
 
 
 def upload_checkpoint(side) -> tuple[str, str] | None:
@@ -74,7 +78,8 @@ def upload_checkpoint(side) -> tuple[str, str] | None:
         return None
 
 
-def run_checkpoint_picker(side, choices: dict[str, str], *, disabled: bool) -> str | None:
+def run_checkpoint_picker(side, choices: dict[str, str], described: dict[str, str], *,
+                          disabled: bool) -> str | None:
     """The run checkpoint picker. It shows the picked checkpoint (ui.state), which buttons elsewhere set
     ("Open best in Predict", Teach it), and a choice made here becomes the picked one."""
     if not choices:
@@ -91,7 +96,8 @@ def run_checkpoint_picker(side, choices: dict[str, str], *, disabled: bool) -> s
                           format_func=lambda p: choices.get(p) or f"{Path(p).parent.parent.name} · {Path(p).stem}",
                           on_change=lambda: pick_checkpoint(st.session_state["ckpt_choice"]),
                           help=f"With {MIN_FOR_ACCURACY} or more saved drawings, each checkpoint's accuracy on "
-                               "the held-out ones is shown.")
+                               "the held-out ones is shown (mine: on your drawings).")
+    side.caption(described.get(path) or path)
     pick_checkpoint(path)
     return path
 
@@ -100,10 +106,10 @@ uploads_root = str((runs_dir / UPLOADS_FOLDER).resolve())
 side = st.sidebar
 side.subheader("Checkpoint")
 uploaded = None
-choices = checkpoint_labels()
+choices, described = checkpoint_labels()
 picker = side.container()
 uploaded = upload_checkpoint(side)
-path = run_checkpoint_picker(picker, choices, disabled=uploaded is not None)
+path = run_checkpoint_picker(picker, choices, described, disabled=uploaded is not None)
 shown_name = None
 if uploaded is not None:
     path, shown_name = uploaded

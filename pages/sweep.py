@@ -36,7 +36,7 @@ from brnn_core.sweep.records import (
     trials_table,
 )
 from brnn_core.sweep.space import SEARCHABLE, SPEC_HELP, SUGGESTED_SPECS, SweepError, parse_spec
-from ui.common import LIVE_REFRESH_S, flash, folders, memo, registry, run_index, show_flashes, state_label
+from ui.common import LIVE_REFRESH_S, flash, folders, memo, picker_id, registry, run_index, show_flashes, state_label
 from ui.navigation import ensure_navigation
 from ui.state import fill_train_form, pick_checkpoint, train_form
 
@@ -88,8 +88,9 @@ def pick_sweep() -> str | None:
     current = wanted if wanted in options else options[0]
     st.session_state["sweep_pick"] = current
     st.sidebar.selectbox("Sweep", options, key="sweep_pick", on_change=on_pick,
-                         format_func=lambda i: f"{sweeps.get(i, {}).get('name', i)} · "
-                                               f"{sweeps.get(i, {}).get('state', 'starting')}")
+                         help="Sweeps by start time, newest first.",
+                         format_func=lambda i: f"{picker_id(i)} · {sweeps.get(i, {}).get('state', 'starting')}")
+    st.sidebar.caption(current)  # the whole id (with the sweep's name) that the short label leaves out
     st.session_state["sweep_id"] = current
     st.query_params["sweep"] = current
     return current

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from brnn_core.config import TrainConfig
 from brnn_core.inference.scores import checkpoint_accuracy
 from brnn_core.runs.rundir import create_run, new_run_config
-from ui.common import short_id
+from ui.common import picker_id, short_id
 
 TIMEOUT = 90
 
@@ -37,10 +37,12 @@ def test_checkpoint_picker_lists_best_and_last(dirs, finished):
     at = predict_page()
     picker = at.sidebar.selectbox(key="ckpt_choice")
     assert picker.label == "Run checkpoint"
-    # Options show labels, the value is the checkpoint's path (a label changes when a score appears).
-    assert picker.options[picker.index].startswith(f"{short_id(run.id)} · best · val acc ")  # best first
+    # Options show short labels, the value is the checkpoint's path (a label changes when a score appears);
+    # the picked one is described in full under the picker.
+    assert picker.options[picker.index].startswith(f"{picker_id(run.id)} · best · ")  # best first
+    assert any(c.value.startswith(f"{short_id(run.id)} · best.pt · val acc ") for c in at.sidebar.caption)
     assert picker.value == str(run.best_ckpt)
-    assert any(option.startswith(f"{short_id(run.id)} · last") for option in picker.options)
+    assert any(option.startswith(f"{picker_id(run.id)} · last") for option in picker.options)
     assert any("BiLSTM hidden 16, 2 layers, head bidir, 10 classes" in c.value for c in at.sidebar.caption)
     assert any("Draw a digit on the canvas" in i.value for i in at.info)  # nothing drawn yet
     # Switching to last.pt loads it without trouble.
@@ -86,8 +88,8 @@ def test_saved_drawings_are_listed_scored_and_deletable(dirs, finished, sample):
     at = predict_page()
     acc, n, _ = checkpoint_accuracy(run.best_ckpt, data_dir)
     label = f" · my drawings {100 * acc:.0f}% (12)"
-    rerun_until(at, lambda a: (p := a.sidebar.selectbox(key="ckpt_choice")).options[p.index].endswith(label),
-                "the best.pt score")
+    rerun_until(at, lambda a: any(c.value.endswith(label) for c in a.sidebar.caption), "the best.pt score")
+    assert at.sidebar.selectbox(key="ckpt_choice").options[0].endswith(f" · mine {100 * acc:.0f}%")
     picker = at.sidebar.selectbox(key="ckpt_choice")
     held = sum(d.held_out for d in saved)
     assert any(c.value.startswith(f"12 saved drawings for these classes ({held} held out for validation)")
@@ -100,7 +102,7 @@ def test_saved_drawings_are_listed_scored_and_deletable(dirs, finished, sample):
     no_exception(at)
     assert not saved[-1].meta_path.exists() and saved[0].meta_path.exists()
     assert any(c.value.startswith("11 saved drawings") for c in at.caption)
-    rerun_until(at, lambda a: (p := a.sidebar.selectbox(key="ckpt_choice")).options[p.index].endswith("(11)"),
+    rerun_until(at, lambda a: any(c.value.endswith("(11)") for c in a.sidebar.caption),
                 "last.pt scored on the 11 drawings left")
     picker = at.sidebar.selectbox(key="ckpt_choice")
     assert picker.value == str(run.last_ckpt)

@@ -17,7 +17,7 @@ from browser_server import CHROMIUM, browser_page, screenshot, start_server, sto
 from helpers import REPO
 
 from brnn_core.sweep.records import list_sweeps
-from ui.common import short_id
+from ui.common import picker_id
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -114,4 +114,4 @@ def test_start_a_sweep_and_watch_it_fill(server, page):
     expect(page.get_by_text("Draw a digit").first).to_be_visible()
     best = sweep.info()["best"]["run_id"]
     picker = page.get_by_role("combobox", name="Run checkpoint")
-    expect(picker).to_have_value(re.compile("^" + re.escape(f"{short_id(best)} · best · val acc")))
+    expect(picker).to_have_value(re.compile("^" + re.escape(f"{picker_id(best)} · best · ")))

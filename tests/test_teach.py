@@ -101,7 +101,8 @@ def test_teach_it_button_fine_tunes_and_picks_the_new_checkpoint(dirs, finished,
     at.run()  # the result stays beside the button on later reruns
     assert any("Taught: now predicting with" in s.value for s in at.success)
     # the taught checkpoint trained on the drawings: scored on the held-out ones only, and said so
-    picker = rerun_until(at, lambda a: "drawings" in (p := a.sidebar.selectbox(key="ckpt_choice")).options[p.index],
-                         "the taught checkpoint's score").sidebar.selectbox(key="ckpt_choice")
-    label = picker.options[picker.index]
+    rerun_until(at, lambda a: any("drawings" in c.value for c in a.sidebar.caption), "the taught checkpoint's score")
+    label = next(c.value for c in at.sidebar.caption if "drawings" in c.value)
     assert "held-out drawings" in label and f"({held})" in label and "my drawings" not in label, label
+    picker = at.sidebar.selectbox(key="ckpt_choice")
+    assert picker.options[picker.index].endswith("%") and " · held-out " in picker.options[picker.index]
