@@ -3,6 +3,10 @@ BiLSTM reads it row by row and which pixels decided; save drawings with their la
 
 from __future__ import annotations
 
+from ui.navigation import ensure_navigation
+
+ensure_navigation()  # first, before PyTorch loads: see ui/navigation.py
+
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +28,9 @@ from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.uploads import UPLOADS_FOLDER, UploadError, save_upload
 from ui import drawings as my
 from ui.common import flash, folders, picker_id, run_index, short_id, show_flashes
-from ui.navigation import ensure_navigation
 from ui.prediction import reading_caption, show_verdict
 from ui.state import pick_checkpoint, picked_checkpoint
 from ui.teach import teach_panel
-
-ensure_navigation()
 
 MAX_UPLOAD_MB = 50
 PICKER_CHECKPOINTS = 200  # the best ones (by validation accuracy); hundreds of sweep trials would bury them

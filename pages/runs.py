@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui.navigation import ensure_navigation
+
+ensure_navigation()  # first, before PyTorch loads: see ui/navigation.py
+
 import io
 
 import numpy as np
@@ -20,9 +24,6 @@ from brnn_core.training.reports import THUMBNAILS_KEPT, compute_report, read_rep
 from ui import drawings as my
 from ui.branch import branch_form
 from ui.common import LIVE_REFRESH_S, flash, folders, memo, run_index, select_run, show_flashes, state_label
-from ui.navigation import ensure_navigation
-
-ensure_navigation()
 
 runs_dir, data_dir = folders()
 st.title("Runs")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui.navigation import ensure_navigation
+
+ensure_navigation()  # first, before PyTorch loads: see ui/navigation.py
+
 from pathlib import Path
 
 import streamlit as st
@@ -37,10 +41,7 @@ from brnn_core.sweep.records import (
 )
 from brnn_core.sweep.space import SEARCHABLE, SPEC_HELP, SUGGESTED_SPECS, SweepError, parse_spec
 from ui.common import LIVE_REFRESH_S, flash, folders, memo, picker_id, registry, run_index, show_flashes, state_label
-from ui.navigation import ensure_navigation
 from ui.state import fill_train_form, pick_checkpoint, train_form
-
-ensure_navigation()
 
 runs_dir, data_dir = folders()
 st.title("Sweep hyperparameters")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui.navigation import ensure_navigation
+
+ensure_navigation()  # first, before PyTorch loads: see ui/navigation.py
+
 import streamlit as st
 import torch
 
@@ -39,14 +43,13 @@ from ui.common import (
     show_flashes,
     state_label,
 )
-from ui.navigation import ensure_navigation
 from ui.state import form_key, form_now, train_form
-
-ensure_navigation()
+from ui.warmup import predraw_progress
 
 runs_dir, data_dir = folders()
 st.title("Train a bidirectional LSTM")
 st.caption("Each 28×28 image is read row by row: 28 steps of 28 pixels, forwards and backwards.")
+predraw_progress(data_dir)
 run = run_picker(runs_dir)
 status = run.status() if run else {}
 state = status.get("state")

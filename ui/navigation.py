@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
+from ui.warmup import first_paint, start_predraw
+
 
 @dataclass(frozen=True)
 class PageSpec:
@@ -37,9 +39,13 @@ PAGES = (
 
 
 def navigation():
-    """Page config and `st.navigation` over PAGES; returns the page to run."""
+    """Page config and `st.navigation` over PAGES; returns the page to run. On a fresh server it also says
+    that PyTorch is loading (the first page would be blank for seconds) and starts the background drawing."""
     st.set_page_config(page_title="BRNN Dashboard", page_icon=":material/sync_alt:", layout="wide")
-    return st.navigation([st.Page(p.script, title=p.title, icon=p.icon, default=p.default) for p in PAGES])
+    nav = st.navigation([st.Page(p.script, title=p.title, icon=p.icon, default=p.default) for p in PAGES])
+    first_paint()
+    start_predraw()
+    return nav
 
 
 def ensure_navigation() -> None:

@@ -14,10 +14,11 @@ same indices, simply uses the original of any redrawn digit (`load_splits` in th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ def draw(images: np.ndarray, seed: int = DRAW_SEED, progress: Callable[[int, int
     rng = np.random.default_rng(seed)
     out = np.empty_like(images)
     for k, digit in enumerate(images):
-        if progress is not None and k % 500 == 0:
+        if progress is not None and k % 100 == 0:
             progress(k, len(images))
         x = None  # keep the original where a redrawing would not be the same digit
         if strokes.unexplained_ink(digit) <= MAX_UNEXPLAINED:
@@ -66,23 +67,53 @@ def drawn_copies(train_x: torch.Tensor, share: float, data_dir: Path,
     images = train_x[idx].numpy()
     key = hashlib.sha1(images.tobytes()).hexdigest()[:16]
     path = cache_dir(data_dir) / f"as-drawn-v{VERSION}-{key}.npy"
+    cached = _read(path, images)
+    if cached is not None:
+        return idx, cached
+    # One process draws, the others wait for its file (the dashboard draws the default dataset's in the background
+    # when it starts; a run started meanwhile would otherwise draw the same digits again on the same cores).
+    with _drawing_lock(path, progress):
+        cached = _read(path, images)
+        if cached is not None:
+            return idx, cached
+
+        def say(k: int, n: int) -> None:
+            if progress is not None:
+                progress(f"drawing {n:,} training digits as canvas strokes, once for this dataset: {k:,}/{n:,}")
+
+        drawn = draw(images, progress=say)
+        blob = io.BytesIO()
+        np.save(blob, drawn)
+        with contextlib.suppress(OSError):  # a read-only or full disk only costs drawing them again next time
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, lambda fh: fh.write(blob.getvalue()))
+    return idx, torch.from_numpy(drawn)
+
+
+def _read(path: Path, images: np.ndarray) -> torch.Tensor | None:
     try:
         cached = np.load(path, allow_pickle=False)
-        if cached.shape == images.shape and cached.dtype == np.uint8:
-            return idx, torch.from_numpy(cached)
     except (OSError, ValueError):
-        pass  # missing or torn (a writer killed mid-way cannot leave one: atomic_write); draw again
+        return None  # missing or torn (a writer killed mid-way cannot leave one: atomic_write)
+    return torch.from_numpy(cached) if cached.shape == images.shape and cached.dtype == np.uint8 else None
 
-    def say(k: int, n: int) -> None:
-        if progress is not None:
-            progress(f"drawing {n:,} training digits as canvas strokes, once for this dataset: {k:,}/{n:,}")
 
-    drawn = draw(images, progress=say)
-    blob = io.BytesIO()
-    np.save(blob, drawn)
+@contextlib.contextmanager
+def _drawing_lock(path: Path, progress: Callable[[str], None] | None) -> Iterator[None]:
+    """Held while `path` is drawn. An advisory lock on a file beside it: the kernel drops it when its holder
+    dies, so a killed drawer never blocks the next. Without fcntl (Windows) or a writable folder: no lock."""
     try:
+        import fcntl
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda fh: fh.write(blob.getvalue()))
-    except OSError:
-        pass  # a read-only or full disk only costs drawing them again next time
-    return idx, torch.from_numpy(drawn)
+        fh = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 (held open for the lock's lifetime)
+    except (ImportError, OSError):
+        yield
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress is not None:
+                progress("waiting for another process that is drawing these training digits as canvas strokes")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from brnn_core.config import resolve_drawn_share
-from brnn_core.data.as_drawn import drawn_copies
 from brnn_core.data.datasets import default_data_dir
-from brnn_core.data.loading import ensure_dataset, load_dataset
+from brnn_core.data.loading import ensure_dataset
+from brnn_core.data.predraw import predraw
 from brnn_core.runs.rundir import default_runs_dir
 from brnn_core.sweep.plan import DEFAULT_KEEP_BEST, SCHEDULERS, SEARCH_ALGS, SweepRequest, plan_sweep
 from brnn_core.sweep.records import METRICS
@@ -87,8 +86,7 @@ def cmd_sweep(args) -> int:
     plan = plan_sweep(request, runs_dir, data_dir)
     for dataset in plan.datasets():  # a missing download fails here, before Ray starts (and once, not per trial)
         ensure_dataset(dataset, data_dir)
-        share = resolve_drawn_share(plan.base["drawn_share"], dataset)
-        if share > 0:  # drawn once here rather than by every trial at once; trials on this machine read the cache
-            drawn_copies(load_dataset(dataset, data_dir).train_x, share, data_dir, progress=printer)
+        # drawn once here rather than by every trial at once; trials on this machine read the cache
+        predraw(dataset, data_dir, plan.base["drawn_share"], progress=printer)
     return run_sweep(plan, request, runs_dir, data_dir, printer)
 

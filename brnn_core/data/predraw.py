@@ -1,0 +1,75 @@
+"""A dataset's training digits drawn as canvas strokes ahead of its first run (as_drawn's cache), with progress.
+
+`python -m brnn_core.data.predraw DATASET [--data-dir D]` prints one progress line at a time; the dashboard
+starts it when its server starts (ui/warmup.py), so the first run on the default dataset reads the drawings instead
+of making them, and the sweep CLI calls `predraw` before its trials. A dataset already done leaves a marker
+file, so a later server does not even load it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from brnn_core.config import TrainConfig, resolve_drawn_share
+from brnn_core.data import as_drawn
+from brnn_core.data.datasets import DATASETS, default_data_dir, find_files
+
+PROGRESS = re.compile(r"(\d[\d,]*)/(\d[\d,]*)\s*$")
+
+
+def marker(dataset: str, share: float, data_dir: Path) -> Path:
+    return as_drawn.cache_dir(data_dir) / f"predrawn-v{as_drawn.VERSION}-{dataset}-{share:g}.done"
+
+
+def predraw(dataset: str, data_dir: Path, share: float, progress: Callable[[str], None] | None = None) -> None:
+    """Make sure `dataset`'s training digits at `share` (0 for datasets that are not digits) are in the cache."""
+    from brnn_core.data.loading import load_dataset  # torchvision and pandas: only for a process that draws
+
+    share = resolve_drawn_share(share, dataset)
+    if share <= 0:
+        return
+    as_drawn.drawn_copies(load_dataset(dataset, data_dir).train_x, share, data_dir, progress=progress)
+    with contextlib.suppress(OSError):  # no marker: the next server checks the cache again (a load of the dataset)
+        marker(dataset, share, data_dir).touch()
+
+
+def needed(dataset: str, data_dir: Path, share: float) -> bool:
+    """Whether a background predraw of `dataset` would do anything: a digit dataset on disk, not yet done."""
+    share = resolve_drawn_share(share, dataset)
+    on_disk = dataset == "mnist-sample" or bool(find_files(dataset, data_dir))  # never a download in the background
+    return share > 0 and on_disk and not marker(dataset, share, data_dir).exists()
+
+
+def last_progress(log: Path) -> tuple[str, int, int] | None:
+    """(the last line of a predraw log, done, total): done and total are 0 in a line without `k/n`; None before
+    the first line."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return None
+    if not lines:
+        return None
+    found = PROGRESS.search(lines[-1])
+    done, total = (int(g.replace(",", "")) for g in found.groups()) if found else (0, 0)
+    return lines[-1], done, total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m brnn_core.data.predraw", description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", choices=list(DATASETS))
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="the data folder (default: $BRNN_DATA_DIR or ./data)")
+    parser.add_argument("--share", type=float, default=TrainConfig().drawn_share,
+                        help="the share of training digits drawn (the Train form's default)")
+    args = parser.parse_args(argv)
+    predraw(args.dataset, args.data_dir or default_data_dir(), args.share, progress=lambda m: print(m, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

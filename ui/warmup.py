@@ -1,0 +1,88 @@
+"""A fresh server's first contact: a message while PyTorch loads, and the default dataset's training digits
+drawn as canvas strokes in the background (brnn_core.data.predraw), with their progress on the Train page.
+
+Only streamlit is imported at module level: this runs before the first page can draw anything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+
+def first_paint() -> None:
+    """On a server's first page PyTorch is not loaded yet (seconds): say so instead of a blank page."""
+    if "torch" in sys.modules:
+        return
+    box = st.empty()
+    box.info("Starting up: loading PyTorch, once per server…", icon=":material/hourglass_top:")
+    import brnn_core.config  # noqa: F401 (torch and the model code: what every page imports first)
+
+    box.empty()
+
+
+@dataclass
+class Predraw:
+    dataset: str
+    proc: subprocess.Popen
+    log: Path
+
+    def running(self) -> bool:
+        return self.proc.poll() is None  # polling also reaps the process once it ended
+
+
+@st.cache_resource(show_spinner=False)
+def predraw(data_dir: str) -> Predraw | None:
+    """Once per server: start drawing the default dataset's training digits (None when there is nothing to draw)."""
+    from brnn_core.config import TrainConfig
+    from brnn_core.data.as_drawn import cache_dir
+    from brnn_core.data.datasets import default_dataset
+    from brnn_core.data.predraw import needed
+    from brnn_core.runs.jobs import with_this_checkout
+
+    dataset = default_dataset(Path(data_dir))
+    if not needed(dataset, Path(data_dir), TrainConfig().drawn_share):
+        return None
+    log = cache_dir(Path(data_dir)) / "predraw.log"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "wb") as out:  # in the server's process group: Ctrl-C ends both
+            proc = subprocess.Popen([sys.executable, "-m", "brnn_core.data.predraw", dataset, "--data-dir", data_dir],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=with_this_checkout(dict(os.environ)))
+    except OSError:
+        return None  # an unwritable data folder: the first run draws them itself, with its progress
+    return Predraw(dataset, proc, log)
+
+
+def start_predraw() -> None:
+    """Call on every page run: the first one starts the background drawing."""
+    from brnn_core.data.datasets import default_data_dir
+
+    job = predraw(str(default_data_dir()))
+    if job is not None:
+        job.running()
+
+
+def predraw_progress(data_dir: Path) -> None:
+    """While the background drawing runs: its progress, updated every second (a fragment); then nothing."""
+    from brnn_core.data.predraw import last_progress
+
+    job = predraw(str(data_dir))
+    if job is None or not job.running():
+        return
+
+    @st.fragment(run_every=1.0)
+    def panel() -> None:
+        if not job.running():
+            st.rerun(scope="app")  # done: the page without this panel (and its one-second poll)
+        line, done, total = last_progress(job.log) or ("loading the dataset", 0, 0)
+        st.progress(done / total if total else 0.0,
+                    text=f"Getting {job.dataset} ready for its first run: {line}. A run started now waits for it.")
+
+    panel()
