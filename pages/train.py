@@ -222,9 +222,10 @@ with right:
 
 with right:
     if run is None:
-        st.info("No runs yet: pick hyperparameters on the left and press **Start training**. "
-                "The defaults are the blog's (hidden 128, 2 layers, batch 100, lr 0.01, Adam), with epochs chosen "
-                "per dataset so a run lasts long enough to try the live controls.")
+        st.info("No runs yet: pick hyperparameters on the left and press **Start training**. The defaults start "
+                "from the blog's (hidden 128, 2 layers, batch 100, lr 0.01, Adam) with a cosine learning-rate "
+                "schedule, augmentation and epochs chosen per dataset, so a run lasts long enough to try the live "
+                "controls and reads drawn digits well.")
         st.stop()
     if active:
         live = live_settings(run, status)
@@ -321,8 +322,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
 
 
 with right:
-    # Every LIVE_REFRESH_S while the run can change: on a small machine each redraw (server and browser) takes
-    # CPU from training, and a shorter interval slows the run measurably (bench/README.md, "The dashboard while
-    # it streams a run"). An ended run is only watched for a resume from elsewhere (the CLI, another tab),
-    # which a slower poll catches.
+    # Every LIVE_REFRESH_S while the run can change: each redraw takes CPU from training on a small machine
+    # (docs/decisions/008-live-refresh-interval.md). An ended run is only watched for a resume from elsewhere
+    # (the CLI, another tab), which a slower poll catches.
     st.fragment(run_every=LIVE_REFRESH_S if active else 5.0)(live_panel)(str(run.path), state, smoothing, log_y)

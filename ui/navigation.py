@@ -1,15 +1,9 @@
 """The dashboard's pages, their labels and icons: declared once, for the entry script and the pages.
 
-Why the pages call `ensure_navigation` themselves: while a `pages/` folder exists, Streamlit 1.67
-starts every server in its classic multipage mode (`PagesManager.uses_pages_directory`, read in
-`runtime/scriptrunner/script_runner.py`: `_mpa_v1` runs in place of the entry script). The first
-`st.navigation` call switches that off for the whole process, but on a fresh server whose first
-request goes straight to `/predict`, classic mode runs `pages/predict.py` without the entry script.
-So each page first makes sure our navigation is in place: in classic mode it declares it there and
-then runs the page through it (same URL paths, so it is the page the user asked for), and stops the
-classic run; otherwise it does nothing. Running the page through our navigation matters: widgets are
-keyed by the page that runs them, and a page body keyed differently in its first run would lose the
-user's widget values on the second.
+Each page calls `ensure_navigation` first. While a `pages/` folder exists, Streamlit starts a fresh server in
+its classic multipage mode, so a first request straight to `/predict` would run the page without the entry
+script; `ensure_navigation` then declares our navigation and runs the page through it (the same URL, and
+widgets keyed as on every later run), and stops the classic run. Details: docs/architecture.md.
 """
 
 from __future__ import annotations
