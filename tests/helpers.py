@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import math
 import os
 import shutil
 import signal
@@ -36,27 +37,55 @@ THREADS = 1  # torch threads in the test process and in every worker it starts (
 # The session's trained model (conftest's `finished`) and the runs that fine-tune like it.
 SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
 
-# A run that never finishes by itself: 8 steps an epoch (so last.pt and best.pt are rewritten about
-# every 8 steps), a metrics row every step, a status rewrite every step.
+# mnist-sample, the real dataset the training tests use: its 4,500 training digits less TrainConfig's
+# val_fraction (0.1) held out for validation leave the images an epoch trains on (test_worker checks this
+# against a real run's start event). Every test's count of steps in an epoch comes from here.
+SAMPLE_TRAIN_IMAGES = 4050
+
+
+def steps_per_epoch(batch_size: int | None = None) -> int:
+    """Steps in one epoch on mnist-sample at `batch_size` (TrainConfig's default if None); the last batch is
+    a partial one."""
+    return math.ceil(SAMPLE_TRAIN_IMAGES / (batch_size or TrainConfig().batch_size))
+
+
+STEPS_PER_EPOCH = steps_per_epoch()  # at the default batch size
+
+# A run that never finishes by itself: a few steps an epoch (TINY_STEPS_PER_EPOCH, so last.pt and best.pt
+# are rewritten that often), a metrics row every step, a status rewrite every step.
 # Its lr is constant (the blog's recipe): a live lr change is the lr the next step uses, whatever the step.
 TINY = {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "batch_size": 512,
         "log_interval": 1, "epochs": 1000, "eval_batch_size": 500, "lr_schedule": "constant"}
+TINY_STEPS_PER_EPOCH = steps_per_epoch(TINY["batch_size"])
 
 
 # ------------------------------------------------------------------ waiting
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05, *,
+             proc: subprocess.Popen | None = None, log: Path | None = None):
     """Poll `predicate()` until it returns something truthy (returned); fail naming `what` after `timeout` s.
 
-    Waiting on state instead of sleeping keeps the tests free of wall-clock assumptions.
+    With `proc` (the process that should make it true, e.g. a sweep), fail as soon as it ends first,
+    showing the end of its output `log`. Waiting on state instead of sleeping keeps the tests free of
+    wall-clock assumptions.
     """
     deadline = time.monotonic() + timeout
     while True:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the process ended (exit {proc.returncode}) before {what}:\n{tail(log) if log else ''}")
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def tail(log: Path, n: int = 4000) -> str:
+    """The last `n` characters of a process's output file ("" when it cannot be read)."""
+    try:
+        return Path(log).read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
 
 
 def wait_for_state(run: Run, states: str | tuple[str, ...], timeout: float = 120.0) -> dict:
@@ -219,6 +248,16 @@ def fake_finished_run(runs_dir: Path, **overrides) -> Run:
     return run
 
 
+def assert_no_half_runs(runs_dir: Path) -> list[Run]:
+    """The runs in `runs_dir`, after checking that none is half-created or half-deleted."""
+    leftovers = [p.name for p in runs_dir.iterdir() if p.name.startswith((".creating-", ".deleting-"))]
+    assert not leftovers, leftovers
+    runs = list_runs(runs_dir)
+    for run in runs:
+        assert run.config_path.is_file() and run.status_path.is_file(), run.path
+    return runs
+
+
 def copy_run(run: Run, runs_dir: Path, run_id: str | None = None) -> Run:
     runs_dir.mkdir(parents=True, exist_ok=True)
     target = runs_dir / (run_id or run.id)
@@ -323,16 +362,30 @@ def kill_workers(runs_dir: Path) -> None:
 
 
 # ------------------------------------------------------------------ the dashboard, headless
-def app_test(monkeypatch, runs_dir: Path, data_dir: Path | None = None, page: str | None = None):
-    """AppTest of the dashboard on `runs_dir` (opened on `page` if given), not yet run."""
+# Seconds one AppTest script run may take before it fails, for every AppTest the tests build (build_app):
+# a page's first run imports torch and plotly, and other jobs share the machine's cores.
+APP_TIMEOUT = 180
+
+
+def build_app(page: str | None = None, *, function: Callable | None = None, args: tuple = ()):
+    """A new AppTest session, not yet run: of the dashboard (opened on `page`, e.g. "pages/runs.py", if given),
+    or of `function` (AppTest.from_function, called with `args`). The pages read their folders from the
+    environment (conftest's `dirs`, or app_test)."""
     from streamlit.testing.v1 import AppTest
 
-    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
-    monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir or runs_dir.parent / "data"))
-    at = AppTest.from_file(str(APP), default_timeout=180)
+    if function is not None:
+        return AppTest.from_function(function, args=args, default_timeout=APP_TIMEOUT)
+    at = AppTest.from_file(str(APP), default_timeout=APP_TIMEOUT)
     if page:
         at.switch_page(page)
     return at
+
+
+def app_test(monkeypatch, runs_dir: Path, data_dir: Path | None = None, page: str | None = None):
+    """build_app on `runs_dir` and `data_dir` (default: runs_dir's sibling data/), set in the environment."""
+    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
+    monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir or runs_dir.parent / "data"))
+    return build_app(page)
 
 
 def texts(elements) -> list[str]:
@@ -356,11 +409,9 @@ def rerun_until(at, predicate, what: str, timeout: float = 60.0):
     return at
 
 
-def open_page(page: str, title: str, timeout: float = 90):
-    """An AppTest of the dashboard switched to `page` (e.g. "pages/runs.py"), run once, checked by its title."""
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(APP), default_timeout=timeout)
+def open_page(page: str, title: str):
+    """An AppTest of the dashboard run once on its first page, then switched to `page`, checked by its title."""
+    at = build_app()
     at.run()
     at.switch_page(page).run()
     no_exception(at)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import psutil
-from helpers import REPO, cli_env, wait_for
+from helpers import REPO, cli_env, tail
 
 from brnn_core.runs.rundir import Run
 from brnn_core.sweep.records import Sweep, list_sweeps
@@ -101,13 +101,6 @@ def end_group(proc: subprocess.Popen, grace: float = 45.0) -> None:
         proc.wait(30)
 
 
-def tail(log: Path, n: int = 4000) -> str:
-    try:
-        return log.read_text(errors="replace")[-n:]
-    except OSError:
-        return ""
-
-
 def the_sweep(runs_dir: Path) -> Sweep:
     sweeps = list_sweeps(runs_dir)
     assert len(sweeps) == 1, sweeps
@@ -123,12 +116,3 @@ def val_rows(run: Run):
     m = run.metrics()
     return m[m["split"] == "val"].reset_index(drop=True)
 
-
-def wait_until(predicate, what: str, proc: subprocess.Popen, log: Path, timeout: float = 600):
-    """Poll while the sweep runs; fail with its output if it ends first."""
-    def check():
-        if proc.poll() is not None:
-            raise AssertionError(f"the sweep ended (exit {proc.returncode}) before {what}:\n{tail(log)}")
-        return predicate()
-
-    return wait_for(check, timeout, what, interval=0.5)

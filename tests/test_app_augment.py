@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from helpers import APP, no_exception, wait_for, wait_for_state
+from helpers import build_app, no_exception, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import AUGMENT_AUTO, AUGMENT_LEVELS
 from brnn_core.runs.rundir import list_runs
 
-TIMEOUT = 90  # seconds per script run: other jobs share the two cores
-
 
 def app() -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
+    at = build_app().run()
     no_exception(at)
     return at
 

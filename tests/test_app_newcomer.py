@@ -10,7 +10,7 @@ import socket
 import time
 
 import pytest
-from helpers import APP, copy_run, no_exception
+from helpers import build_app, copy_run, no_exception
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig
@@ -21,10 +21,9 @@ PAGES = {"pages/train.py": "Train a bidirectional LSTM", "pages/predict.py": "Dr
 SWEEP_ID = "20261202-090000-sweep-feed"
 
 
-def fresh_session(page: str, timeout: float = 120) -> AppTest:
+def fresh_session(page: str) -> AppTest:
     """A new session whose first run is `page` (nothing else ran in it before)."""
-    at = AppTest.from_file(str(APP), default_timeout=timeout)
-    at.switch_page(page).run()
+    at = build_app(page).run()
     no_exception(at, page)
     assert at.title[0].value == PAGES[page]
     return at
@@ -204,7 +203,7 @@ def test_start_refused_while_another_run_trains_links_to_it(dirs, finished):
     runs_dir, _ = dirs
     ended = copy_run(finished, runs_dir, "20261202-080000-mnist-sample-0001")
     busy, _ = active_copy(finished, runs_dir)
-    at = AppTest.from_file(str(APP), default_timeout=120)
+    at = build_app()
     at.query_params["run"] = ended.id
     at.run()
     no_exception(at)

@@ -11,11 +11,9 @@ from brnn_core.inference.scores import checkpoint_accuracy
 from brnn_core.runs.rundir import create_run, new_run_config
 from ui.common import picker_id, short_id
 
-TIMEOUT = 90
-
 
 def predict_page() -> AppTest:
-    return open_page("pages/predict.py", "Draw a digit", TIMEOUT)
+    return open_page("pages/predict.py", "Draw a digit")
 
 
 def test_no_runs_asks_to_train_first(dirs):

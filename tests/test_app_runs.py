@@ -9,11 +9,9 @@ import psutil
 from helpers import copy_run, no_exception, open_page, rerun_until
 from streamlit.testing.v1 import AppTest
 
-TIMEOUT = 90
-
 
 def runs_page() -> AppTest:
-    return open_page("pages/runs.py", "Runs", TIMEOUT)
+    return open_page("pages/runs.py", "Runs")
 
 
 def test_no_runs(dirs):

@@ -11,13 +11,11 @@ import shutil
 
 import psutil
 import pytest
-from helpers import APP, no_exception, wait_for
+from helpers import build_app, no_exception, tail, wait_for
 from streamlit.testing.v1 import AppTest
-from sweep_helpers import TINY, end_group, finish, run_sweep, start_sweep, tail, trial_runs, val_rows
+from sweep_helpers import TINY, end_group, finish, run_sweep, start_sweep, trial_runs, val_rows
 
 from brnn_core.sweep.records import list_sweeps
-
-TIMEOUT = 120  # seconds per script run: other jobs share the two cores
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +33,7 @@ def cli_sweep(tmp_path_factory):
 def app(runs_dir, data_dir, monkeypatch) -> AppTest:
     monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
     monkeypatch.setenv("BRNN_DATA_DIR", str(data_dir))
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.switch_page("pages/sweep.py")
-    return at.run()
+    return build_app("pages/sweep.py").run()
 
 
 def start_button(at: AppTest):
@@ -164,7 +160,7 @@ def test_train_with_these_settings_fills_the_train_page(dirs):
     make_sweep(runs_dir, 3)
     (runs_dir / "sweeps" / SWEEP_ID / "best-config.json").write_text(json.dumps(
         {"dataset": "mnist-sample", "lr": 0.0042, "hidden_size": 64, "epochs": 3, "lr_schedule": "constant"}))
-    at = AppTest.from_file(str(APP), default_timeout=120)
+    at = build_app()
     at.run()
     at.switch_page("pages/sweep.py").run()
     no_exception(at)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from helpers import APP, copy_run, no_exception, wait_for, wait_for_state
+from helpers import build_app, copy_run, no_exception, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.runs.rundir import list_runs
 
-TIMEOUT = 90  # seconds per script run: other jobs share the two cores
-
 
 def app() -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    return at.run()
+    return build_app().run()
 
 
 CONTROLS = ("Start training", "Pause", "Resume", "Stop")
@@ -99,7 +96,7 @@ def test_query_param_selects_the_run(dirs, finished):
     newer = copy_run(finished, runs_dir, "20990101-000000-mnist-sample-ffff")
     at = app()
     assert query_run(at) == newer.id  # newest by default
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at = build_app()
     at.query_params["run"] = older.id
     at.run()
     no_exception(at)

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import copy_run
-from streamlit.testing.v1 import AppTest
+from helpers import build_app, copy_run
 
 from brnn_core.checkpoint import load_checkpoint, store_calibration
 from brnn_core.data.strokes import render
@@ -198,7 +197,7 @@ def _verdict_app(path: str, shape: str) -> None:
 
 
 def test_show_verdict_says_a_dash_is_no_digit(trained_ckpt):
-    at = AppTest.from_function(_verdict_app, args=(str(trained_ckpt), "dash"), default_timeout=60).run()
+    at = build_app(function=_verdict_app, args=(str(trained_ckpt), "dash")).run()
     assert not at.exception
     assert at.metric[0].label == "Prediction"
     assert "probability" in at.caption[0].value and "uncalibrated" not in at.caption[0].value
@@ -207,7 +206,7 @@ def test_show_verdict_says_a_dash_is_no_digit(trained_ckpt):
 
 def test_show_verdict_of_an_uncalibrated_checkpoint_says_so(trained_ckpt, tmp_path):
     path = uncalibrated_copy(trained_ckpt, tmp_path / "raw.pt")
-    at = AppTest.from_function(_verdict_app, args=(str(path), "dash"), default_timeout=60).run()
+    at = build_app(function=_verdict_app, args=(str(path), "dash")).run()
     assert not at.exception
     assert at.caption[0].value.endswith("(uncalibrated)")
     assert not at.warning  # no distance fitted: no claim either way

@@ -24,7 +24,6 @@ from sweep_helpers import (
     the_sweep,
     trial_runs,
     val_rows,
-    wait_until,
 )
 
 from brnn_core.config import TrainConfig
@@ -210,7 +209,7 @@ def test_ctrl_c_stops_every_trial_with_last_pt(runs_dir, data_dir, tmp_path):
     proc = start_sweep([*TINY, "--set", "epochs=6", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
                        runs_dir, data_dir, log)
     watch = Descendants.watching(proc.pid)
-    wait_until(lambda: any(epochs_done(runs_dir)), "a first epoch", proc, log)
+    poll(lambda: any(epochs_done(runs_dir)), 600, "a first epoch", 0.5, proc=proc, log=log)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group, Ray's processes too
     code, out = finish(proc, log)
     watch.done.set()
@@ -231,8 +230,8 @@ def test_killed_trial_ends_interrupted_and_resume_finishes_it(runs_dir, data_dir
     log = tmp_path / "sweep.log"
     proc = start_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
                        runs_dir, data_dir, log)
-    victim = wait_until(lambda: next((r for p in runs_dir.glob("*-t00") if (r := Run(p)).status().get("step")),
-                                     None), "trial t00 to train", proc, log)
+    victim = poll(lambda: next((r for p in runs_dir.glob("*-t00") if (r := Run(p)).status().get("step")), None),
+                  600, "trial t00 to train", 0.5, proc=proc, log=log)
     pid = victim.status()["pid"]
     psutil.Process(pid).kill()
     code, out = finish(proc, log)
@@ -258,8 +257,8 @@ def test_resume_an_interrupted_sweep(runs_dir, data_dir, tmp_path):
     proc = start_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.003", "--concurrency", "2"],
                        runs_dir, data_dir, log)
     first = Descendants.watching(proc.pid)
-    wait_until(lambda: epochs_done(runs_dir).count(0) == 0 and len(epochs_done(runs_dir)) == 2,
-               "both trials to end an epoch", proc, log)
+    poll(lambda: epochs_done(runs_dir).count(0) == 0 and len(epochs_done(runs_dir)) == 2,
+         600, "both trials to end an epoch", 0.5, proc=proc, log=log)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     first.done.set()
@@ -285,14 +284,16 @@ def test_pause_resume_and_stop_a_trial_like_any_run(runs_dir, data_dir, tmp_path
     proc = start_sweep([*TINY, "--set", "epochs=12", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
                        runs_dir, data_dir, log)
     try:
-        runs = wait_until(lambda: (r := {p.name[-3:]: Run(p) for p in runs_dir.glob("*-t0[01]")}) and len(r) == 2
-                          and all(x.status().get("step") for x in r.values()) and r, "t00 and t01 to train", proc, log)
+        runs = poll(lambda: (r := {p.name[-3:]: Run(p) for p in runs_dir.glob("*-t0[01]")}) and len(r) == 2
+                    and all(x.status().get("step") for x in r.values()) and r, 600, "t00 and t01 to train", 0.5,
+                    proc=proc, log=log)
         runs["t00"].send_command("pause")
         runs["t01"].send_command("stop")
-        paused = wait_until(lambda: (s := runs["t00"].status())["state"] == State.PAUSED and s, "t00 paused", proc, log)
-        wait_until(lambda: runs["t01"].status()["state"] == State.STOPPED, "t01 stopped", proc, log)
-        t02 = wait_until(lambda: next((Run(p) for p in runs_dir.glob("*-t02") if Run(p).status().get("step")), None),
-                         "t02 to take the freed slot and train", proc, log)
+        paused = poll(lambda: (s := runs["t00"].status())["state"] == State.PAUSED and s, 600, "t00 paused", 0.5,
+                      proc=proc, log=log)
+        poll(lambda: runs["t01"].status()["state"] == State.STOPPED, 600, "t01 stopped", 0.5, proc=proc, log=log)
+        t02 = poll(lambda: next((Run(p) for p in runs_dir.glob("*-t02") if Run(p).status().get("step")), None),
+                   600, "t02 to take the freed slot and train", 0.5, proc=proc, log=log)
         assert runs["t00"].status()["step"] == paused["step"]  # paused while t02 trains
         runs["t00"].send_command("resume")
         code, out = finish(proc, log)

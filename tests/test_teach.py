@@ -8,8 +8,7 @@ import sys
 import time
 
 import pytest
-from helpers import APP, REPO, cli_env, copy_run, no_exception, rerun_until, wait_for
-from streamlit.testing.v1 import AppTest
+from helpers import REPO, build_app, cli_env, copy_run, no_exception, rerun_until, wait_for
 from test_drawings import save_many
 
 from brnn_core.config import TEACH_DEFAULTS
@@ -73,8 +72,7 @@ def test_teach_it_button_fine_tunes_and_picks_the_new_checkpoint(dirs, finished,
     afterwards, the result stands beside the button, and its score counts only the drawings it never saw."""
     runs_dir, data_dir = dirs
     parent = copy_run(finished, runs_dir)
-    at = AppTest.from_file(str(APP), default_timeout=120)
-    at.switch_page("pages/predict.py").run()
+    at = build_app("pages/predict.py").run()
     button = next(b for b in at.button if b.label == "Teach it")
     assert button.disabled  # no drawings yet
     saved_drawings(data_dir, sample)
