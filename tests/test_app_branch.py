@@ -9,17 +9,16 @@ import sys
 
 import psutil
 import pytest
-from helpers import APP, copy_run, no_exception, wait_for_state
+from helpers import STEPS_PER_EPOCH as SPE  # the `finished` run trained one epoch
+from helpers import build_app, copy_run, no_exception, wait_for_state
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.runs.rundir import list_runs
 
-TIMEOUT = 90
-
 
 def page(name: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at = build_app()
     at.run()
     at.switch_page(name).run()
     no_exception(at)
@@ -38,7 +37,7 @@ def test_branch_from_the_runs_page_starts_it_and_overlays_it_with_its_parent(dir
     at = page("pages/runs.py")
     assert any(e.label == "Branch from here" for e in at.expander)
     kind = at.radio(key=f"runs_branch_{parent.id}_kind")
-    assert kind.options == ["last.pt (epoch 1, step 41)", "best.pt (epoch 1, step 41)"]
+    assert kind.options == [f"last.pt (epoch 1, step {SPE})", f"best.pt (epoch 1, step {SPE})"]
     prefix = f"runs_branch_{parent.id}_last"
     assert at.number_input(key=f"{prefix}_lr").value == pytest.approx(0.01)
     assert at.number_input(key=f"{prefix}_epochs").value == 2  # the checkpoint is at epoch 1 of 1: one more
@@ -46,15 +45,15 @@ def test_branch_from_the_runs_page_starts_it_and_overlays_it_with_its_parent(dir
     at.button(key=f"runs_branch_{parent.id}_go").click().run()
     no_exception(at)
     child = next(r for r in list_runs(runs_dir) if r.id != parent.id)
-    assert any(f"Started branch {child.id} from {parent.id}'s last.pt (step 41)" in s.value for s in at.success)
-    assert child.config()["parent"] == {"run_id": parent.id, "checkpoint": "last", "step": 41, "epoch": 1}
+    assert any(f"Started branch {child.id} from {parent.id}'s last.pt (step {SPE})" in s.value for s in at.success)
+    assert child.config()["parent"] == {"run_id": parent.id, "checkpoint": "last", "step": SPE, "epoch": 1}
     assert at.selectbox(key="inspect").value == child.id  # the new branch is the one inspected
     assert at.query_params.get("run") in (child.id, [child.id])  # and the current run on the Train page
 
     status = wait_for_state(child, ("finished", "failed", "interrupted"), timeout=300)
     assert status["state"] == "finished", (child.path / "worker.log").read_text()[-2000:]
     m = child.metrics()
-    assert m[m.split == "train"].step.min() > 41 and (m[m.split == "train"].lr == 0.003).all()
+    assert m[m.split == "train"].step.min() > SPE and (m[m.split == "train"].lr == 0.003).all()
     assert load_checkpoint(child.last_ckpt).optimizer_state["param_groups"][0]["lr"] == 0.003
 
     at.run()  # both runs have data now: the overlay draws them on one step axis, the branch point marked
@@ -62,8 +61,8 @@ def test_branch_from_the_runs_page_starts_it_and_overlays_it_with_its_parent(dir
     table = at.dataframe(key="runs_table").value
     assert dict(zip(table["run_id"], table["parent"], strict=True))[child.id] == parent.id
     layout = chart_layout(at, "cmp_train")
-    assert [(s["x0"], s["line"]["dash"]) for s in layout["shapes"]] == [(41, "dash")]
-    assert any(f"← {parent.id.rsplit('-', 1)[-1]}:last @ step 41" in a["text"] for a in layout["annotations"])
+    assert [(s["x0"], s["line"]["dash"]) for s in layout["shapes"]] == [(SPE, "dash")]
+    assert any(f"← {parent.id.rsplit('-', 1)[-1]}:last @ step {SPE}" in a["text"] for a in layout["annotations"])
     assert [s["x0"] for s in chart_layout(at, "cmp_val")["shapes"]] == [1]
 
 
@@ -72,7 +71,7 @@ def test_a_refused_branch_says_why_and_creates_nothing(dirs, finished):
     parent = copy_run(finished, runs_dir)
     parent.last_ckpt.unlink()  # only best.pt is left: the form offers it alone
     at = page("pages/runs.py")
-    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == ["best.pt (epoch 1, step 41)"]
+    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == [f"best.pt (epoch 1, step {SPE})"]
     assert any("fresh optimizer state" in c.value for c in at.caption)
     parent.best_ckpt.unlink()  # gone between drawing the form and clicking it
     at.button(key=f"runs_branch_{parent.id}_go").click().run()
@@ -86,7 +85,7 @@ def test_a_damaged_checkpoint_is_named_and_the_other_still_offered(dirs, finishe
     parent = copy_run(finished, runs_dir)
     parent.best_ckpt.write_bytes(b"not a checkpoint")
     at = page("pages/runs.py")
-    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == ["last.pt (epoch 1, step 41)"]
+    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == [f"last.pt (epoch 1, step {SPE})"]
     assert any(c.value.startswith("best.pt cannot be branched from:") and "not a" in c.value for c in at.caption)
 
 

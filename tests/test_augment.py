@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import make_run
+from helpers import STEPS_PER_EPOCH, make_run
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import AUGMENT_AUTO, AUGMENT_LEVELS, DATASET_NAMES, TrainConfig, resolve_augment
@@ -261,7 +261,7 @@ def test_live_augment_change_is_applied_at_the_next_step_and_acknowledged(tmp_pa
     assert run_training(run, data_dir=tmp_path / "data") == "finished"
     spy = spies[0]
     assert [spy.levels[s] for s in range(7)] == ["off"] * 6 + ["strong"]  # steps 0-5 plain, from step 6 on strong
-    assert set(spy.levels[s] for s in range(6, 41)) == {"strong"}
+    assert set(spy.levels[s] for s in range(6, STEPS_PER_EPOCH)) == {"strong"}
     events = run.events()
     [ack] = [e for e in events if e.get("command") == spy.sent]
     assert ack["kind"] == "set" and ack["message"] == "augment off -> strong at step 6"

@@ -12,6 +12,7 @@ import threading
 
 import psutil
 import pytest
+from helpers import STEPS_PER_EPOCH as SPE
 from helpers import copy_run, make_run, wait_for
 
 from brnn_core import charts, cli
@@ -26,7 +27,6 @@ from brnn_core.training.worker import run_training
 # run it is compared with) would follow another curve than its parent did.
 PARENT = {"hidden_size": 8, "num_layers": 1, "epochs": 2, "log_interval": 5, "seed": 3, "lr": 0.01,
           "lr_schedule": "constant"}
-SPE = 41  # steps per epoch: ceil(4050 / 100), mnist-sample's 4,500 digits less 10% validation
 
 
 def branch_cli(runs_dir, ref: str, *settings: str) -> int:
@@ -208,7 +208,8 @@ def test_stop_and_resume_a_branch(family, parent_run, runs_dir, capsys):
     assert (child.checkpoint_dir / PARENT_CKPT).stat().st_ino == parent.last_ckpt.stat().st_ino  # a link, no copy
 
     def stop_mid_epoch():
-        wait_for(lambda: (child.raw_status().get("step") or 0) >= 2 * SPE + 10, 120, "step 92", interval=0.005)
+        wait_for(lambda: (child.raw_status().get("step") or 0) >= 2 * SPE + 10, 120, f"step {2 * SPE + 10}",
+                 interval=0.005)
         child.send_command("stop")
 
     stopper = threading.Thread(target=stop_mid_epoch, daemon=True)

@@ -15,7 +15,7 @@ import threading
 import psutil
 import pytest
 import torch
-from helpers import make_run, wait_for
+from helpers import STEPS_PER_EPOCH, make_run, wait_for
 from torch import nn
 
 from brnn_core import cli
@@ -163,7 +163,6 @@ def test_checkpoint_whose_config_does_not_fit_its_weights(tmp_path):
 # ------------------------------------------------------------------ resume
 # A constant lr: the epochs are raised while the run is stopped, which would re-plan a cosine schedule.
 RESUMABLE = {"hidden_size": 16, "num_layers": 1, "epochs": 2, "log_interval": 5, "seed": 4, "lr_schedule": "constant"}
-STEPS_PER_EPOCH = 41  # ceil(4050 / 100): mnist-sample's 4,500 digits less 10% validation
 
 
 @pytest.mark.slow

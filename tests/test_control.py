@@ -4,7 +4,7 @@ through training/control.py) and the sending side a page uses (runs/protocol.py:
 
 Every command is a real line in a real control.jsonl, acknowledged in the real events.jsonl with its id; the
 last test steers a real tiny training run in this process. The same flow in a worker subprocess:
-test_runs.py (pause/set/resume/stop) and test_faults.py (a storm of 200 commands).
+test_runs.py (pause/set/resume/stop) and test_faults_command_storm.py (200 commands).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import threading
 import pytest
 import torch
 from helpers import TINY, make_run, wait_for
+from helpers import TINY_STEPS_PER_EPOCH as SPE
 
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
@@ -44,7 +45,7 @@ def controller(run: Run, optimizer: torch.optim.Optimizer, step: int = 0) -> Tra
     """A session at `step` on the run's config, as the worker builds it (no data: nothing trains)."""
     cfg = TrainConfig.from_dict(run.config()["train"])
     model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
-    return TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, steps_per_epoch=8,
+    return TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, steps_per_epoch=SPE,
                            start=Position(step=step))
 
 
@@ -227,7 +228,7 @@ def test_outcomes_follow_each_sent_command_until_the_worker_answers(run, optimiz
 
 # ------------------------------------------------------------------ a real run, steered between its steps
 def test_a_training_run_pauses_changes_lr_resumes_and_stops_at_the_commanded_steps(runs_dir):
-    # 8 steps an epoch, a metrics row every step, a constant lr
+    # SPE steps an epoch, a metrics row every step, a constant lr
     run = make_run(runs_dir, base=TINY, epochs=3, augment="off", lr_schedule="constant")
     sent: dict[str, str] = {}
 

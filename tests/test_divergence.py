@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from helpers import train_run
+from helpers import STEPS_PER_EPOCH, train_run
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.training.engine import EXPLODED_FACTOR, EXPLODED_LOGS, ExplosionWatch
@@ -58,7 +58,7 @@ def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
                            drawn_share=0.0)  # the blog's recipe
     assert state == "finished"
     good = load_checkpoint(run.last_ckpt)
-    assert good.step == 41 and good.metrics["val_acc"] > 0.2  # learnt something (chance is 0.1)
+    assert good.step == STEPS_PER_EPOCH and good.metrics["val_acc"] > 0.2  # learnt something (chance is 0.1)
     run.send_command("set", field="epochs", value=2)
     run.send_command("set", field="lr", value=10.0)  # the user raises lr far too high and resumes
     assert run_training(run, data_dir=tmp_path / "data", resume=True) == "diverged"
@@ -68,9 +68,10 @@ def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
     assert "last.pt and best.pt hold the last good weights saved before it diverged" in message
     for path in (run.last_ckpt, run.best_ckpt):
         kept = load_checkpoint(path)
-        assert kept.step == 41 and kept.metrics["val_acc"] == good.metrics["val_acc"]
+        assert kept.step == STEPS_PER_EPOCH and kept.metrics["val_acc"] == good.metrics["val_acc"]
         assert all(torch.equal(kept.model_state[k], good.model_state[k]) for k in good.model_state)
-    assert run.metrics().query("split == 'train' and step > 41")["loss"].max() > 10 * LIMIT / EXPLODED_FACTOR
+    after = run.metrics().query(f"split == 'train' and step > {STEPS_PER_EPOCH}")
+    assert after["loss"].max() > 10 * LIMIT / EXPLODED_FACTOR
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import SMALL_MODEL, run_cli, train_run
+from helpers import SAMPLE_TRAIN_IMAGES, SMALL_MODEL, run_cli, train_run
 from PIL import Image
 from test_inference import SEVEN, drawing
 
@@ -211,7 +211,7 @@ def test_fine_tune_with_drawings_mixed_in(tmp_path, sample, trained_ckpt):
                            init_from=str(trained_ckpt))
     assert state == "finished", run.status()
     mix = run.config()["my_drawings"]
-    base = 4050  # mnist-sample: 4,500 training digits less the 10% validation split
+    base = SAMPLE_TRAIN_IMAGES
     assert (mix["train"], mix["held_out"], mix["repeats"]) == (10, 5, round(0.2 * base / (0.8 * 10)))
     assert run.config()["sizes"]["train"] == base + 10 * mix["repeats"]
 

@@ -14,7 +14,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import make_run, torch_threads, train_run, wait_for
+from helpers import STEPS_PER_EPOCH, make_run, torch_threads, train_run, wait_for
 from torch import nn
 
 from brnn_core.checkpoint import load_checkpoint
@@ -317,7 +317,7 @@ def test_default_config_learns_mnist_sample(runs_dir):
     assert val.accuracy.iloc[-1] >= 0.85
     train = metrics[metrics.split == "train"]
     assert train.loss.iloc[-1] < 0.6 * train.loss.iloc[0]  # it learned
-    assert train.step.is_monotonic_increasing and status["step"] == 123  # 3 x ceil(4050 / 100)
+    assert train.step.is_monotonic_increasing and status["step"] == 3 * STEPS_PER_EPOCH
     assert metrics[metrics.split == "test"].accuracy.iloc[-1] == pytest.approx(status["test_acc"], abs=1e-5)
     best = load_checkpoint(run.best_ckpt)
     assert best.metrics["val_loss"] == pytest.approx(val.loss.min(), rel=1e-4)
@@ -335,7 +335,7 @@ def test_same_seed_same_cpu_loss_curve_different_seed_different(runs_dir):
         m = run.metrics()
         curves.append(m[m.split == "train"].loss.tolist())
         vals.append(run.status()["val_loss"])
-    assert len(curves[0]) == 10  # 41 steps, logged every 4
+    assert len(curves[0]) == STEPS_PER_EPOCH // REPRO["log_interval"]
     assert curves[0] == curves[1] and vals[0] == vals[1]
     assert curves[0] != curves[2] and vals[0] != vals[2]
 
@@ -352,7 +352,7 @@ def test_divergence_is_reported_with_advice(runs_dir, monkeypatch):
     run, state = train_run(runs_dir, epochs=2, log_interval=2, **DIVERGING)
     assert state == "diverged"
     status = run.status()
-    assert status["state"] == "diverged" and status["step"] < 41  # stopped within the first epoch
+    assert status["state"] == "diverged" and status["step"] < STEPS_PER_EPOCH  # stopped within the first epoch
     assert "Lower the learning rate (now 10)" in status["message"]
     # Only the step-0 last.pt (saved when training starts) exists; the message names just that file.
     assert "last.pt holds only the untrained starting weights" in status["message"]

@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 from helpers import TINY, make_run
+from helpers import TINY_STEPS_PER_EPOCH as SPE
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
@@ -26,7 +27,6 @@ from brnn_core.training.session import TrainingSession
 from brnn_core.training.worker import run_training
 
 RUN = {**TINY, "epochs": 3, "augment": "off", "lr_schedule": "constant"}
-SPE = 8  # steps per epoch: ceil(4050 / 512)
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_each_epoch_saves_last_pt_and_best_pt_keeps_the_lowest_validation_loss(r
     assert rec.position.best_val == pytest.approx(1.5)
 
     val = run.metrics().query("split == 'val'")
-    assert list(val.step) == [8, 16, 24] and list(val.epoch) == [1, 2, 3]
+    assert list(val.step) == [SPE, 2 * SPE, 3 * SPE] and list(val.epoch) == [1, 2, 3]
     assert list(val.loss) == pytest.approx([2.0, 1.5, 1.8]) and list(val.accuracy) == pytest.approx([0.1, 0.2, 0.3])
     assert (val.lr == 0.01).all()
     assert [e["message"] for e in run.events()] == [
@@ -147,7 +147,7 @@ def test_each_epoch_saves_last_pt_and_best_pt_keeps_the_lowest_validation_loss(r
         "epoch 2: train loss 2.3000, val loss 1.5000, val acc 20.00%",
         "epoch 3: train loss 2.2000, val loss 1.8000, val acc 30.00%"]
     status = run.raw_status()
-    assert (status["step"], status["val_loss"], status["steps_done"]) == (24, 1.8, 24)
+    assert (status["step"], status["val_loss"], status["steps_done"]) == (3 * SPE, 1.8, 3 * SPE)
     assert status["val_acc"] == pytest.approx(0.3)
     assert [epoch for epoch, _ in reported] == [1, 2, 3]
     assert reported[1][1] == {"val_loss": 1.5, "val_acc": 0.2, "train_loss": pytest.approx(2.3)}
@@ -171,17 +171,17 @@ def test_a_real_run_leaves_the_rows_and_checkpoints_the_recorder_promises(run):
     assert run_training(run, data_dir=run.path.parent) == "finished"
     metrics = run.metrics()
     train, val = metrics.query("split == 'train'"), metrics.query("split == 'val'")
-    assert list(train.step) == list(range(1, 3 * SPE + 1)) and list(val.step) == [8, 16, 24]
-    assert list(train.epoch[:2]) == [0.125, 0.25] and (train.lr == 0.01).all()
+    assert list(train.step) == list(range(1, 3 * SPE + 1)) and list(val.step) == [SPE, 2 * SPE, 3 * SPE]
+    assert list(train.epoch[:2]) == [1 / SPE, 2 / SPE] and (train.lr == 0.01).all()
     best_epoch = int(val.epoch[val.loss.idxmin()])
     best = load_checkpoint(run.best_ckpt)
     assert best.epoch == best_epoch and best.metrics["val_loss"] == pytest.approx(val.loss.min(), rel=1e-5)
     last = load_checkpoint(run.last_ckpt)
-    assert (last.epoch, last.step, last.batch_in_epoch) == (3, 24, 0)
+    assert (last.epoch, last.step, last.batch_in_epoch) == (3, 3 * SPE, 0)
     assert last.metrics["val_loss"] == pytest.approx(val.loss.iloc[-1], rel=1e-5)
     assert last.train_config["live"] == {"lr": 0.01, "grad_clip": 0.0, "epochs": 3, "augment": "off"}
     status = run.status()
-    assert (status["steps_done"], status["total_steps"], status["epoch"], status["batch"]) == (24, 24, 3, 0)
+    assert (status["steps_done"], status["total_steps"], status["epoch"], status["batch"]) == (3 * SPE, 3 * SPE, 3, 0)
     assert status["val_loss"] == pytest.approx(val.loss.iloc[-1], rel=1e-5)
 
 
@@ -190,12 +190,12 @@ def test_a_real_run_saves_mid_epoch_when_the_interval_has_passed(run, monkeypatc
     seen: list[tuple[int, int, int]] = []
 
     def look(kind: str, info: dict) -> None:  # printed before that log's save: last.pt is the previous log's
-        if kind == "log" and info["step"] in (5, 13):
+        if kind == "log" and info["step"] in (5, SPE + 5):
             ckpt = load_checkpoint(run.last_ckpt)
             seen.append((ckpt.epoch, ckpt.batch_in_epoch, ckpt.step))
 
     assert run_training(run, data_dir=run.path.parent, printer=look) == "finished"
-    assert seen == [(0, 4, 4), (1, 4, 12)]
+    assert seen == [(0, 4, 4), (1, 4, SPE + 4)]
 
 
 def test_best_by_val_accuracy_keeps_the_most_accurate_epoch(runs_dir):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers import make_run, wait_for
+from helpers import make_run, steps_per_epoch, wait_for
 
 from brnn_core.config import ConfigError, TrainConfig
 from brnn_core.runs.progress import lr_plan
@@ -16,9 +16,9 @@ from brnn_core.training.recorder import Position
 from brnn_core.training.session import TrainingSession
 from brnn_core.training.worker import run_training
 
-SPE = 9  # mnist-sample's 4,050 training images in batches of 500 (val_fraction 0.1)
 RUN = {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "batch_size": 500,
        "log_interval": 1, "eval_batch_size": 500, "augment": "off"}
+SPE = steps_per_epoch(RUN["batch_size"])
 
 
 def test_cosine_warms_up_then_decays_to_the_floor():

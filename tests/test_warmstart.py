@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import TINY, copy_run, make_run, stop_at
+from helpers import TINY_STEPS_PER_EPOCH as SPE
 
 from brnn_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from brnn_core.config import TrainConfig
@@ -30,12 +31,11 @@ from brnn_core.training.warmstart import begin_from, drop_metrics_after, drop_st
 from brnn_core.training.worker import run_training
 
 RUN = {**TINY, "epochs": 2, "augment": "off", "lr_schedule": "constant", "seed": 3}
-SPE = 8  # steps per epoch: ceil(4050 / 512)
 
 
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory) -> Run:
-    """A finished 2-epoch run: last.pt at step 16 with its Adam state, best.pt (weights only)."""
+    """A finished 2-epoch run: last.pt at step 2 * SPE with its Adam state, best.pt (weights only)."""
     runs_dir = tmp_path_factory.mktemp("warmstart") / "runs"
     run = make_run(runs_dir, base=RUN)
     assert run_training(run, data_dir=runs_dir) == "finished"
@@ -136,15 +136,17 @@ def test_a_branch_first_starts_from_its_parents_checkpoint_with_the_new_lr(paren
     assert torch.equal(adam_moments(start.optimizer), saved.optimizer_state["state"][0]["exp_avg"])
     assert start.optimizer.param_groups[0]["lr"] == 0.002 and start.settings["lr"] == 0.002
     [event] = [e for e in branch.events() if e["kind"] == "branch"]
-    assert event["message"] == f"branched from {source.id}'s last.pt at epoch 2, step 16: weights and optimizer state"
+    assert event["message"] == \
+        f"branched from {source.id}'s last.pt at epoch 2, step {2 * SPE}: weights and optimizer state"
     assert (event["parent"], event["checkpoint"], event["optimizer_restored"], event["step"]) == \
-        (source.id, "last", True, 16)
+        (source.id, "last", True, 2 * SPE)
     assert {e["field"]: (e["old"], e["new"], e["source"]) for e in branch.events() if e["kind"] == "set"} == \
         {"lr": (0.01, 0.002, "branch"), "epochs": (2, 3, "branch")}
 
     drop_start_copy(branch)  # no last.pt of its own yet: the copy of the parent's stays
     assert (branch.checkpoint_dir / PARENT_CKPT).is_file()
-    save_checkpoint(branch.last_ckpt, start.model, classes=MNIST_CLASSES, epoch=2, step=16, optimizer=start.optimizer)
+    save_checkpoint(branch.last_ckpt, start.model, classes=MNIST_CLASSES, epoch=2, step=2 * SPE,
+                    optimizer=start.optimizer)
     drop_start_copy(branch)
     assert not (branch.checkpoint_dir / PARENT_CKPT).exists()
     begin(branch, resume=True)  # from now on a start of the branch is a resume of its own last.pt
@@ -203,8 +205,8 @@ def test_a_resume_without_any_last_pt_starts_again_from_step_0(runs_dir):
 def test_resume_from_another_runs_checkpoint(parent, runs_dir):
     trial = make_run(runs_dir, base=RUN, epochs=3)  # a PBT trial taking a better trial's weights
     start = begin(trial, resume=True, resume_from=parent.last_ckpt)
-    assert start.position == Position(2, 0, 16) and same_weights(start.model, parent.last_ckpt)
-    assert trial.events()[-1]["message"] == f"resumed from {parent.last_ckpt} at epoch 2, step 16"
+    assert start.position == Position(2, 0, 2 * SPE) and same_weights(start.model, parent.last_ckpt)
+    assert trial.events()[-1]["message"] == f"resumed from {parent.last_ckpt} at epoch 2, step {2 * SPE}"
     assert not trial.last_ckpt.exists()  # begin_from reads; the worker saves the run's own last.pt
 
 
@@ -219,7 +221,7 @@ def test_a_trial_exploiting_another_checkpoint_trains_on_with_the_lr_set_before_
     [change] = [e for e in trial.events() if e["kind"] == "set"]
     assert (change["old"], change["new"], change["source"], change["donor"]) == (0.003, 0.004, "pbt", stopped.id)
     last = load_checkpoint(trial.last_ckpt)
-    assert last.step == 16 and last.optimizer_state["param_groups"][0]["lr"] == 0.004
+    assert last.step == 2 * SPE and last.optimizer_state["param_groups"][0]["lr"] == 0.004
 
 
 # ------------------------------------------------------------------ start_from_checkpoint

@@ -3,7 +3,7 @@
 Every way a run ends is checked where the user reads it: the state run_training returns, status.json (state,
 message, end time), the last event, and the files left behind (checkpoints, metrics, report.json):
 finished, stopped (by the user, by a scheduler), diverged, failed (each kind of error with the message that
-says what to fix), interrupted. The same outcomes with worker subprocesses: test_faults.py, test_crash_recovery.py.
+says what to fix), interrupted. The same outcomes with worker subprocesses: test_faults_*.py, test_crash_recovery.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import THREADS, TINY, copy_run, make_run, stop_at, write_idx, write_idx_dataset
+from helpers import SAMPLE_TRAIN_IMAGES, THREADS, TINY, copy_run, make_run, stop_at, write_idx, write_idx_dataset
+from helpers import TINY_STEPS_PER_EPOCH as SPE
 
 from brnn_core.checkpoint import load_checkpoint, save_checkpoint
 from brnn_core.config import TrainConfig
@@ -31,7 +32,7 @@ from brnn_core.training.reports import read_report
 from brnn_core.training.session import TrainingSession
 from brnn_core.training.worker import run_training
 
-# 8 steps an epoch, a metrics row every step; a constant lr, so the numbers below do not follow a schedule.
+# SPE steps an epoch, a metrics row every step; a constant lr, so the numbers below do not follow a schedule.
 RUN = {**TINY, "epochs": 2, "augment": "off", "lr_schedule": "constant"}
 
 
@@ -63,24 +64,26 @@ def test_a_finished_run_reports_its_best_checkpoint_on_the_test_set(runs_dir, sa
     assert status["message"] == f"finished: test accuracy {100 * test.accuracy:.2f}% (500 images)"
     assert status["test_acc"] == pytest.approx(test.accuracy, abs=1e-9)
     assert status["test_loss"] == pytest.approx(test.loss, rel=1e-5)
-    assert (status["step"], status["epoch"], status["steps_done"], status["total_steps"]) == (16, 2, 16, 16)
+    assert (status["step"], status["epoch"], status["steps_done"], status["total_steps"]) == \
+        (2 * SPE, 2, 2 * SPE, 2 * SPE)
     assert status["host"] == socket.gethostname() and status["live"]["lr"] == 0.01
 
     assert kinds(run) == ["start", "epoch", "epoch", "finished"]
     events = [e for e in run.events() if e["kind"] != "threads"]
-    assert events[0]["message"] == "training mnist-sample on cpu: 4050 train, 450 val images, 8 steps per epoch"
-    assert (events[-1]["message"], events[-1]["step"]) == (status["message"], 16)
+    assert events[0]["message"] == (f"training mnist-sample on cpu: {SAMPLE_TRAIN_IMAGES} train, 450 val images, "
+                                    f"{SPE} steps per epoch")
+    assert (events[-1]["message"], events[-1]["step"]) == (status["message"], 2 * SPE)
     test_rows = run.metrics().query("split == 'test'")
-    assert list(test_rows.step) == [16] and test_rows.accuracy.iloc[0] == pytest.approx(test.accuracy, abs=1e-5)
+    assert list(test_rows.step) == [2 * SPE] and test_rows.accuracy.iloc[0] == pytest.approx(test.accuracy, abs=1e-5)
     report = read_report(run)
     assert (report["checkpoint"], report["size"]) == ("best.pt", 500)
     assert report["accuracy"] == pytest.approx(test.accuracy, abs=1e-9)
     assert sum(map(sum, report["confusion_matrix"])) == 500
     config = run.config()  # what the worker found out, for the Runs page
     assert (config["device"], config["classes"], config["augment"]) == ("cpu", MNIST_CLASSES, "off")
-    assert config["sizes"] == {"train": 4050, "val": 450, "test": 500}
+    assert config["sizes"] == {"train": SAMPLE_TRAIN_IMAGES, "val": 450, "test": 500}
     assert [k for k in printed if k not in ("log", "loading")] == ["epoch", "epoch", "test"]
-    assert printed.count("log") == 16
+    assert printed.count("log") == 2 * SPE
 
 
 # ------------------------------------------------------------------ stopped
@@ -119,7 +122,7 @@ def test_a_diverging_run_says_what_to_change_and_keeps_its_starting_weights(runs
     assert message.startswith(f"diverged at step {status['step']}: the training loss stayed above 23.0"), message
     assert message.endswith("Lower the learning rate (now 10), weight decay (now 1) or turn on gradient clipping; "
                             "last.pt holds only the untrained starting weights (it diverged before the first save).")
-    assert status["step"] < 8 and kinds(run)[-1] == "diverged" and run.events()[-1]["message"] == message
+    assert status["step"] < SPE and kinds(run)[-1] == "diverged" and run.events()[-1]["message"] == message
     assert load_checkpoint(run.last_ckpt).step == 0 and not run.best_ckpt.exists()
     assert set(run.metrics().split) == {"train"}  # neither validated nor tested
 
@@ -136,7 +139,7 @@ def test_the_diverged_message_names_the_checkpoints_left(finished, runs_dir, kee
     cfg = TrainConfig.from_dict(run.config()["train"])
     model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
     session = TrainingSession(run, cfg, model, make_optimizer(model.parameters(), cfg.optimizer, cfg.lr),
-                              classes=MNIST_CLASSES, steps_per_epoch=8)
+                              classes=MNIST_CLASSES, steps_per_epoch=SPE)
     result = FitResult("diverged", 1, 50, 9, reason="the loss became NaN or infinite")
     assert session.end_diverged(result) == "diverged"
     message = ("diverged at step 50: the loss became NaN or infinite. Lower the learning rate (now 0.01) or turn on "
@@ -260,4 +263,4 @@ def test_ctrl_c_leaves_an_interrupted_run_that_resumes_from_its_last_pt(runs_dir
     assert resume["message"] == "resumed from last.pt at epoch 0, step 0 (6 metric rows logged after that " \
                                 "checkpoint were dropped)"
     train = run.metrics().query("split == 'train'")
-    assert list(train.step) == list(range(1, 17)) and run.status()["step"] == 16
+    assert list(train.step) == list(range(1, 2 * SPE + 1)) and run.status()["step"] == 2 * SPE
