@@ -39,13 +39,20 @@ def drawings(data_dir: Path, signature: str | None = None) -> Listing:
 
 
 class Scorer:
-    """One thread that scores checkpoints on the drawings and stores each score beside its checkpoint."""
+    """One thread that scores checkpoints on the drawings and stores each score beside its checkpoint.
+
+    Not a daemon: a daemon thread still inside torch when the interpreter tears down aborts the whole process
+    ("terminate called without an active exception"). Once the main thread has ended (Ctrl-C, SIGTERM) it
+    finishes the checkpoint in hand, which atomic_write stores whole, and exits; the rest waits for a new server."""
+
+    POLL_S = 0.2  # how soon an idle scorer notices that the server is ending
 
     def __init__(self):
         self._queue: queue.Queue = queue.Queue()
         self._pending: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
-        threading.Thread(target=self._work, name="drawings-scorer", daemon=True).start()
+        self.thread = threading.Thread(target=self._work, name="drawings-scorer", daemon=False)
+        self.thread.start()
 
     def ask(self, path: Path, data_dir: Path, signature: str) -> None:
         key = (str(path), signature)
@@ -61,8 +68,11 @@ class Scorer:
 
     def _work(self) -> None:
         read: tuple[tuple[str, str], DrawingTensors] | None = None  # the drawings of the folder as last seen
-        while True:
-            path, data_dir, signature = self._queue.get()
+        while threading.main_thread().is_alive():
+            try:
+                path, data_dir, signature = self._queue.get(timeout=self.POLL_S)
+            except queue.Empty:
+                continue
             if read is None or read[0] != (str(data_dir), signature):
                 read = (str(data_dir), signature), DrawingTensors(data_dir)
             try:
