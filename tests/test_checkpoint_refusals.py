@@ -27,7 +27,7 @@ from brnn_core.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_
 from brnn_core.cli import main
 from brnn_core.inference.predictor import Predictor
 from brnn_core.model import BiLSTM, ModelConfig
-from ui.common import short_id
+from ui.common import picker_id
 
 CLASSES = [str(i) for i in range(10)]
 
@@ -335,8 +335,8 @@ def test_predict_page_shows_an_error_for_each_bad_checkpoint(bad_files, good, tm
     for name in UI_CASES:
         run = make_run(runs_dir, base=TINY, epochs=1)
         run.best_ckpt.write_bytes(bad_files[name][0].read_bytes())
-        labels[short_id(run.id)] = name  # the picker labels runs by time, dataset and suffix
-        paths[short_id(run.id)] = str(run.best_ckpt)
+        labels[picker_id(run.id)] = name  # the picker labels runs by time and suffix
+        paths[picker_id(run.id)] = str(run.best_ckpt)
     at = app_test(monkeypatch, runs_dir, page="pages/predict.py")
     at.run()
     assert not at.exception, texts(at.exception)
