@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="cpu")
     ev.add_argument("--batch-size", type=int, default=TrainConfig().eval_batch_size)
     ev.add_argument("--amp", default="off", choices=AMP_MODES,
-                    help="autocast precision (bf16: faster on CPUs with AVX512-BF16; see bench/eval_precision.md)")
+                    help="autocast precision (bf16: faster on CPUs with AVX512-BF16; "
+                         "see docs/decisions/005-amp-off-by-default.md)")
     ev.set_defaults(func=cmd_evaluate)
 
     pr = sub.add_parser("predict", help="classify image files with a checkpoint")
@@ -122,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sweep_parser(sub)
 
-    bench = sub.add_parser("bench", help="benchmark suite (see bench/README)")
+    bench = sub.add_parser("bench", help="benchmark suite (see benchmarks/README.md)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)
     return parser

@@ -24,8 +24,8 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 AMP_MODES = ("off", "bf16", "fp16")
 # Training-batch augmentation (brnn_core/data/augment.py holds what each level does). "auto" picks per dataset:
 AUGMENT_LEVELS = ("auto", "off", "light", "medium", "strong")
-# measured on mnist-sample (bench/augment_accuracy.py, bench/README.md); kmnist is handwriting too, so it
-# gets the digits' level. Clothes photos are not drawn with a pen: off until measured otherwise.
+# the level that read digits best on mnist-sample (docs/decisions/001-augmentation.md); kmnist is handwriting too,
+# so it gets the digits' level. Clothes photos are not drawn with a pen: off until measured otherwise.
 AUGMENT_AUTO = {"mnist": "medium", "mnist-sample": "medium", "kmnist": "medium", "fashion-mnist": "off"}
 # epochs=0 ("auto") picks per dataset when the config is validated, so config.json, the live controls, the lr
 # schedule, resume and branches all see the number. The offline sample's run lasts long enough on a CPU to try
@@ -36,7 +36,7 @@ EPOCHS_AUTO = {"mnist-sample": 20, "mnist": 2, "fashion-mnist": 2, "kmnist": 2}
 
 # Fields that may change while a run trains (sent through the control channel).
 # Teach it (training.teach): the drawings' share of each epoch, the epochs and the schedule's peak lr of the
-# fine-tune; measured with bench/letterforms.py (bench/README.md, "Teach it").
+# fine-tune: enough to learn the user's letterforms without forgetting MNIST's (docs/decisions/012-teach-defaults.md).
 TEACH_DEFAULTS = {"my_drawings": 0.2, "epochs": 2, "lr": 0.002}
 BEST_BY = ("val_loss", "val_accuracy")
 LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
@@ -104,8 +104,8 @@ class TrainConfig:
     log_interval: int = field(default=10, metadata={
         "help": "Log the training loss every N steps (the GPU is synced only then).", "range": (1, 100000)})
     eval_batch_size: int = field(default=250, metadata={
-        "help": "Images per evaluation batch. The default measured fastest on CPU (larger batches cost page "
-                "faults; bench/README.md).", "range": (1, 65536)})
+        "help": "Images per evaluation batch. The default was fastest on CPU (larger batches cost page faults: "
+                "docs/decisions/003-eval-batch-size.md).", "range": (1, 65536)})
     amp: str = field(default="off", metadata={
         "help": "Mixed precision: off, bf16 or fp16 (fp16 on CUDA only)."})
     augment: str = field(default="auto", metadata={
@@ -120,7 +120,7 @@ class TrainConfig:
     cpu_threads: int = field(default=0, metadata={
         "help": "CPU threads for training; 0 = every core, shared evenly with other training runs on this machine "
                 "and with cores other programs keep busy (re-planned every few seconds while they come and go: "
-                "bench/README.md, \"Threads\").",
+                "docs/decisions/007-cpu-threads.md).",
         "range": (0, 1024)})
     my_drawings: float = field(default=0.0, metadata={
         "help": "Share of the training images that are your own drawings (saved on the Predict page, in "

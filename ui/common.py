@@ -25,7 +25,9 @@ STATE_STYLE = {State.QUEUED: ("gray", "hourglass_empty"), State.LOADING: ("gray"
 PICKER_RUNS = 200  # runs listed in the sidebar picker (newest first; the Runs page lists every run)
 
 
-LIVE_REFRESH_S = 3.0  # the live panels' redraw interval while something trains (bench/README.md)
+# The live panels' redraw interval while something trains: often enough to watch, rare enough that the reruns
+# cost the training little (docs/decisions/008-live-refresh-interval.md).
+LIVE_REFRESH_S = 3.0
 
 
 def folders() -> tuple[Path, Path]:

@@ -4,7 +4,7 @@ MNIST digits are white on black, scaled to fit a 20x20 box (aspect kept, anti-al
 placed in 28x28 with their centre of mass at the centre. A drawn digit must go through the
 same steps or the model sees something unlike anything it was trained on. A drawn digit is also
 straightened (`straighten`) most of the way to MNIST's average slant: people slant their digits more
-than MNIST's writers varied, and the straightened ones read better (bench/README.md, "Canvas path").
+than MNIST's writers varied, and the straightened ones read better (docs/decisions/010-canvas-slant-step.md).
 It lives with the data because the saved drawings (`drawings`) are stored as this recipe made them; the Predictor
 uses the same functions.
 """
@@ -21,10 +21,10 @@ from brnn_core.data.datasets import MNIST_CLASSES
 
 BLANK_INK = 0.05  # a canvas whose brightest pixel is under 5% of full white is blank
 MIN_INK_PIXELS = 4
-# Deslanting, measured on real MNIST test digits drawn as canvas strokes (bench/canvas_path.py): a drawing's
-# slant is moved DESLANT of the way to MNIST_SLANT, the mean of mnist-sample's 4,500 training digits
-# (x per y in image rows: negative = the top leans right). All the way (1.0) straightens the digits whose
-# letterform slants (a 7's stem) too far; digits only: clothes have no handwriting slant.
+# Deslanting (docs/decisions/010-canvas-slant-step.md): a drawing's slant is moved DESLANT of the way to
+# MNIST_SLANT, the mean slant of mnist-sample's training digits (x per y in image rows: negative = the top
+# leans right). All the way (1.0) straightens the digits whose letterform slants (a 7's stem) too far;
+# digits only: clothes have no handwriting slant.
 DESLANT = 0.75
 MNIST_SLANT = -0.138
 
@@ -74,8 +74,8 @@ def preprocess(rgba: np.ndarray, *, pen: float = 0.0, deslant: float = 0.0) -> t
     callers pass `deslant_for(classes)`.
 
     `pen` softens the stroke edges before the resize, by a Gaussian of that many output pixels, to mimic
-    MNIST's anti-aliased pen instead of the canvas's hard brush; 0 (measured best: bench/README.md,
-    "Canvas path") leaves the brush as drawn."""
+    MNIST's anti-aliased pen instead of the canvas's hard brush; 0 (the best of those tried:
+    docs/decisions/010-canvas-slant-step.md) leaves the brush as drawn."""
     grey = to_grey(rgba)
     if grey.size == 0 or grey.max() < BLANK_INK or (grey > BLANK_INK).sum() < MIN_INK_PIXELS:
         return None

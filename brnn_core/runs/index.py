@@ -2,7 +2,7 @@
 
 Sweeps leave hundreds of runs in the runs folder, and the dashboard's pages rerun on every click (the
 Predict page on every stroke). Reading every run's config.json, status.json and metrics.csv each time
-made every rerun cost time proportional to the history (benchmarks/README.md, "Run history").
+would make every rerun cost time proportional to the history.
 A `RunIndex` keeps, per run, what the tables and pickers need, keyed by the (mtime_ns, size) of those
 three files: a rerun costs one directory scan and three `stat` calls per run, and only files that
 changed are parsed again. It is shared by every browser session (`st.cache_resource`), hence the lock.

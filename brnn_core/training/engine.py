@@ -249,9 +249,9 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, ba
     On the CPU, with `threads` (default: torch's intra-op thread count) above one, small batches run side
     by side on that many threads, one intra-op thread each. One batch spread over two threads makes
     both meet 56 times per layer (28 small steps, two directions); a batch per thread never waits, so
-    fp32 and bf16 autocast both get faster (the A/B numbers: bench/README.md, "evaluation runs one batch
-    per CPU thread"); the predictions match the one-batch-at-a-time path. Large batches (their steps are
-    big enough to share) and splits of only a few batches (cores would idle) keep one batch at a time.
+    fp32 and bf16 autocast both get faster (docs/decisions/004-eval-batch-per-thread.md); the predictions
+    match the one-batch-at-a-time path. Large batches (their steps are big enough to share) and splits of
+    only a few batches (cores would idle) keep one batch at a time.
     """
     device = images.device
     starts = list(range(0, len(images), batch_size))
