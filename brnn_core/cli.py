@@ -72,8 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
+def prog_name() -> str:
+    """How the user called the CLI, for its usage lines: the `brnn` console script or `python -m brnn_core`."""
+    return "brnn" if Path(sys.argv[0]).stem == "brnn" else "python -m brnn_core"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m brnn_core", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog_name(), description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model (a new run, --resume one, or branch one --from)")
@@ -264,4 +269,4 @@ def cmd_predict(args) -> int:
 def cmd_bench(args) -> int:
     from brnn_core.benchmarks import main as bench_main  # lazy: the suite imports torchvision (seconds)
 
-    return bench_main(args.rest)
+    return bench_main(args.rest, prog=f"{prog_name()} bench")

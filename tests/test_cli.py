@@ -124,3 +124,18 @@ def test_evaluate_full_mnist_offline_names_the_folder(trained_ckpt, runs_dir, da
     result = run_cli(["evaluate", trained_ckpt, "--dataset", "mnist"], runs_dir, data_dir)
     assert_bad_input(result, str((data_dir / "MNIST" / "raw").resolve()), *(f"{b}.gz" for b in IDX_FILES),
                      "mnist-sample")
+
+
+@pytest.mark.parametrize(("argv0", "prog"), [("/venv/bin/brnn", "brnn"),
+                                             ("/checkout/brnn_core/__main__.py", "python -m brnn_core")])
+def test_usage_names_the_command_the_user_typed(argv0, prog, monkeypatch, capsys):
+    from brnn_core.cli import main
+
+    monkeypatch.setattr("sys.argv", [argv0, "train", "--help"])
+    with pytest.raises(SystemExit):
+        main()
+    assert capsys.readouterr().out.startswith(f"usage: {prog} train ")
+    monkeypatch.setattr("sys.argv", [argv0, "bench", "--help"])
+    with pytest.raises(SystemExit):
+        main()
+    assert capsys.readouterr().out.startswith(f"usage: {prog} bench ")

@@ -44,8 +44,8 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m brnn_core bench",
+def build_parser(prog: str = "python -m brnn_core bench") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Benchmark suite; see benchmarks/README.md for what each row means.")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, under a minute)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
@@ -65,9 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]] | str:
+def parse(argv: list[str] | None,
+          prog: str = "python -m brnn_core bench") -> tuple[argparse.Namespace, list[str]] | str:
     """(options, selected benchmarks), or an error message naming the bad option."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()] or list(BENCHES)
     unknown = [n for n in selected if n not in BENCHES]
     if unknown:
@@ -109,8 +110,8 @@ def run_benches(ctx: Context, selected: list[str]) -> tuple[list[Row], list[dict
     return rows, errors
 
 
-def main(argv: list[str] | None = None) -> int:
-    parsed = parse(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m brnn_core bench") -> int:
+    parsed = parse(argv, prog)
     if isinstance(parsed, str):
         print(f"error: {parsed}", file=sys.stderr)
         return 2
