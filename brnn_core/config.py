@@ -56,7 +56,14 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run. Defaults are the blog script's, except where a field's help says."""
+    """Everything that defines a training run.
+
+    The blog script's hyperparameters (hidden size, layers, batch size, lr, Adam) are the starting point. Where a
+    default differs, it trained better or read drawn digits better here, and its help says how: the lr schedule
+    and input scaling (docs/decisions/009-training-recipe.md), the head (006-bidir-head.md), augmentation
+    (001-augmentation.md), pen-stroke copies of the training digits (011-drawn-share.md), epochs per dataset
+    (091-epochs-per-dataset.md).
+    """
 
     dataset: str = field(default="mnist-sample", metadata={
         "help": "Which 28x28 dataset to train on. mnist-sample (5,000 real MNIST digits) works offline."})
