@@ -13,7 +13,7 @@ $(STAMP): requirements.txt
 	cp requirements.txt $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m streamlit run streamlit_app.py --server.address 127.0.0.1 --server.port $(PORT)
+	$(PY) -m ui.serve --server.address 127.0.0.1 --server.port $(PORT)
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -51,7 +51,8 @@ class Server:
 
 def start_server(runs_dir: Path, data_dir: Path, log_path: Path, *, timeout: float = 120.0,
                  env: dict[str, str] | None = None) -> Server:
-    """`streamlit run streamlit_app.py` on a free port, in its own process group; waits for /_stcore/health.
+    """The dashboard as `make run` starts it (`python -m ui.serve`) on a free port, in its own process group;
+    waits for /_stcore/health.
 
     `env` adds variables to the server's environment (its training workers inherit them)."""
     port = free_port()
@@ -60,7 +61,7 @@ def start_server(runs_dir: Path, data_dir: Path, log_path: Path, *, timeout: flo
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless", "true",
+            [sys.executable, "-m", "ui.serve", "--server.headless", "true",
              "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
+from ui.serve import keep_origin_check_local
 from ui.warmup import first_paint, start_predraw
 
 
@@ -37,6 +38,7 @@ def navigation():
     that PyTorch is loading (the first page would be blank for seconds) and starts the background drawing."""
     st.set_page_config(page_title="BRNN Dashboard", page_icon=":material/sync_alt:", layout="wide")
     nav = st.navigation([st.Page(p.script, title=p.title, icon=p.icon, default=p.default) for p in PAGES])
+    keep_origin_check_local()  # also under a plain `streamlit run`; `python -m ui.serve` does it before the server
     first_paint()
     start_predraw()
     return nav
