@@ -313,7 +313,9 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     c3, c4 = st.columns(2)
     c3.plotly_chart(figures[2], key="chart_acc", on_select="ignore")
     c4.plotly_chart(figures[3], key="chart_lr", on_select="ignore")
-    with st.expander("Event log", expanded=False):  # a label that never changes: an open log stays open
+    # keyed, its open state is the session's (not the browser element's): it stays open through the reruns that
+    # a state change (pause, resume) makes, which redraw the panel
+    with st.expander("Event log", key="event_log", on_change="rerun"):
         st.caption(f"{len(events)} events, newest first" + (" (the last 50)" if len(events) > 50 else ""))
         for e in reversed(events[-50:]):
             if e.get("kind") != "traceback":

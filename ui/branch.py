@@ -46,13 +46,15 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
                         format_func=lambda k: f"{k}.pt (epoch {found[k]['epoch']}, step {found[k]['step']})")
         d = found[kind]
         prefix = f"{key}_{run.id}_{kind}"  # per checkpoint: its own starting values
-        c1, c2, c3, c4 = st.columns(4)
-        c1.number_input("Learning rate", value=d["lr"], min_value=0.0, format="%.5f", step=0.001, key=f"{prefix}_lr")
-        c2.number_input("Gradient clipping", value=d["grad_clip"], min_value=0.0, step=0.5,
-                        key=f"{prefix}_grad_clip")
-        c3.number_input("Total epochs", value=d["epochs"], min_value=d["min_epochs"], step=1, key=f"{prefix}_epochs",
-                        help=f"Counting this run's: the checkpoint is at epoch {d['epoch']}.")
-        c4.selectbox("Optimizer", OPTIMIZERS, index=OPTIMIZERS.index(d["optimizer"]), key=f"{prefix}_optimizer",
+        lr, clip, epochs, optimizer = st.columns([1.4, 1.1, 1.1, 1.2])  # as the live controls: an lr fits whole
+        lr.number_input("Learning rate", value=d["lr"], min_value=0.0, format="%.5f", step=0.001, key=f"{prefix}_lr")
+        clip.number_input("Gradient clipping", value=d["grad_clip"], min_value=0.0, step=0.5,
+                          key=f"{prefix}_grad_clip")
+        epochs.number_input("Total epochs", value=d["epochs"], min_value=d["min_epochs"], step=1,
+                            key=f"{prefix}_epochs",
+                            help=f"Counting this run's: the checkpoint is at epoch {d['epoch']}.")
+        optimizer.selectbox("Optimizer", OPTIMIZERS, index=OPTIMIZERS.index(d["optimizer"]),
+                            key=f"{prefix}_optimizer",
                      help="Another optimizer starts with a fresh state.")
         if kind == "best":
             st.caption("best.pt keeps only the weights: the branch starts with a fresh optimizer state.")
