@@ -43,6 +43,7 @@ from brnn_core.sweep.space import SweepError
 from brnn_core.training.engine import evaluate
 from brnn_core.training.session import run_training
 from brnn_core.training.teach import TeachError, teach_config
+from brnn_core.training.warmstart import initial_checkpoint
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -98,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="loss, accuracy and per-class accuracy of a checkpoint")
     ev.add_argument("checkpoint", type=Path)
-    ev.add_argument("--dataset", required=True, help="mnist, fashion-mnist or mnist-sample")
+    ev.add_argument("--dataset", required=True, help=f"one of {', '.join(DATASETS)}")
     ev.add_argument("--split", default="test", choices=["test", "train"])
     ev.add_argument("--data-dir", type=Path, default=None)
     ev.add_argument("--device", default="cpu")
@@ -155,6 +156,9 @@ def cmd_train(args) -> int:
         state = status.get("state")
         if state in ACTIVE_STATES:
             raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
+        finished_problem = resume_finished_problem(run, status, live)
+        if finished_problem:
+            raise BadInput(finished_problem)
         if not run.last_ckpt.is_file() and last_pt_pruned(status):  # resuming would restart it from step 0
             raise BadInput(f"run {run.id}'s last.pt was pruned by its sweep to save disk, so it cannot be resumed "
                            f"(it would start again from step 0); branch from its best.pt instead: "
@@ -164,14 +168,39 @@ def cmd_train(args) -> int:
         resume = True
     else:
         cfg = load_train_config(args.config, args.set, data_dir)
+        try:  # the file, its architecture and classes: refused before any run is created, not by the worker
+            initial_checkpoint(cfg, list(DATASETS[cfg.dataset].classes))
+        except CheckpointError as exc:
+            raise BadInput(f"--set init_from: {exc}") from None
         ensure_dataset(cfg.dataset, data_dir)  # offline and missing: exit 2 before any run is created
         run, resume = create_run(runs_dir, new_run_config(cfg, data_dir)), False
     print(f"run directory: {run.path}", flush=True)
     state = run_training(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
     status = run.status()
+    if status.get("state") != state:  # the worker could not record how it ended: its files are not writable
+        print(f"\nerror: the run ended {state}, but its status could not be saved in {run.path}: make the runs "
+              f"folder writable and check that the disk has free space, then resume it: "
+              f"python -m brnn_core train --resume {run.id}", file=sys.stderr, flush=True)
+        return EXIT_FAILURE
     print(f"\n{status.get('message') or state}", flush=True)
     update_store(run.path.parent)  # the dashboard's next start reads none of the runs already in it
     return EXIT_OK if state in (State.FINISHED, State.STOPPED) else EXIT_FAILURE
+
+
+def resume_finished_problem(run, status: dict, live: dict) -> str | None:
+    """Why `train --resume` of a finished run would do nothing but test it again (None: it trains more epochs)."""
+    if status.get("state") != State.FINISHED:
+        return None
+    done = int(status.get("epoch") or 0)
+    try:
+        wanted = int(float(live["epochs"])) if "epochs" in live else done
+    except ValueError:
+        wanted = done  # the worker's own check words a bad value; here it only must not pass as more epochs
+    if wanted > done:
+        return None
+    return (f"run {run.id} has finished its {done} epoch{'s' if done != 1 else ''}, so resuming it would only test "
+            f"it again; to train it longer, resume with more epochs (--resume {run.id} --set epochs={done + 1}), "
+            f"or branch a new run from it (--from {run.id})")
 
 
 def cmd_teach(args) -> int:
@@ -227,6 +256,11 @@ def cmd_evaluate(args) -> int:
     if ckpt.model_config.num_classes != len(classes):
         raise BadInput(f"{args.checkpoint} predicts {ckpt.model_config.num_classes} classes but "
                        f"{args.dataset} has {len(classes)}")
+    if not ckpt.bare and list(ckpt.classes) != list(classes):  # a bare state_dict names no classes
+        fits = [name for name, info in DATASETS.items() if list(info.classes) == list(ckpt.classes)]
+        raise BadInput(f"{args.checkpoint} was trained on other classes ({', '.join(ckpt.classes)}) than "
+                       f"{args.dataset}'s ({', '.join(classes)}); evaluate it on "
+                       + (" or ".join(fits) if fits else "the dataset it was trained on"))
     device = resolve_device(args.device)
     model = ckpt.build_model(device)
     check_state_matches(model.state_dict(), ckpt.model_state)

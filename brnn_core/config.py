@@ -18,7 +18,7 @@ from brnn_core.devices import amp_problem, device_problem
 from brnn_core.model import INPUT_SCALES
 from brnn_core.schedule import SCHEDULES
 
-DATASET_NAMES = ("mnist", "fashion-mnist", "mnist-sample", "kmnist")
+DATASET_NAMES = tuple(DATASETS)  # the one list is data.datasets.DATASETS
 HEADS = ("bidir", "last")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 AMP_MODES = ("off", "bf16", "fp16")
@@ -177,11 +177,21 @@ class TrainConfig:
     @classmethod
     def from_file(cls, path: str | Path, *, check_device: bool = True) -> TrainConfig:
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError({"config": f"file not found: {path}"}) from None
+        except IsADirectoryError:
+            raise ConfigError({"config": f"{path} is a folder; give a JSON file of field: value"}) from None
+        except OSError as exc:
+            raise ConfigError({"config": f"cannot read {path} ({exc.strerror or exc}); make it readable"}) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError({"config": f"{path} is not UTF-8 text (byte {exc.start}); save it as a UTF-8 JSON "
+                                         "file"}) from None
         except json.JSONDecodeError as exc:
             raise ConfigError({"config": f"{path} is not valid JSON ({exc})"}) from None
+        except RecursionError:
+            raise ConfigError({"config": f"{path} nests too deeply to read; a config is one flat JSON object of "
+                                         "field: value"}) from None
         if not isinstance(data, dict):
             raise ConfigError({"config": f"{path} must hold a JSON object of field: value"})
         return cls.from_dict(data, check_device=check_device)

@@ -102,7 +102,7 @@ def test_every_bad_field_is_reported_in_one_error():
         assert f"  {name}: " in text
     assert "allowed 1 to 4096" in err.errors["hidden_size"]
     assert "out of range" in err.errors["lr"]
-    assert err.errors["dataset"] == "'imagenet' is not one of: mnist, fashion-mnist, mnist-sample, kmnist"
+    assert err.errors["dataset"] == "'imagenet' is not one of: mnist-sample, mnist, fashion-mnist, kmnist"
     assert "CUDA is not available" in err.errors["device"]
 
 
@@ -247,7 +247,7 @@ BAD_VALUES = [
     ("val_fraction", "0.99", r"allowed 0.01 to 0.5"),
     ("log_interval", "0", r"allowed 1 to 100000"),
     ("seed", "-1", r"allowed 0 to"),
-    ("dataset", "imagenet", r"not one of: mnist, fashion-mnist, mnist-sample"),
+    ("dataset", "imagenet", r"not one of: mnist-sample, mnist, fashion-mnist"),
     ("optimizer", "rmsprop", r"not one of: adam, adamw, sgd"),
     ("head", "middle", r"not one of: bidir, last"),
     ("amp", "fp8", r"not one of: off, bf16, fp16"),
@@ -309,7 +309,7 @@ def test_cli_subprocess_lists_every_bad_field_once_with_exit_2(tmp_path):
     for key in bad:
         assert f"  {key}: " in err, f"{key} not named in:\n{err}"
     assert "allowed 1 to 4096" in err and "allowed 1e-07 to 10" in err and "allowed 1 to 65536" in err
-    assert "allowed 0 to 1000" in err and "not one of: mnist, fashion-mnist, mnist-sample" in err
+    assert "allowed 0 to 1000" in err and "not one of: mnist-sample, mnist, fashion-mnist" in err
     assert "expected a whole number, got 'two'" in err
     if NO_CUDA:
         assert "CUDA is not available" in err
