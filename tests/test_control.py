@@ -259,3 +259,18 @@ def test_a_training_run_pauses_changes_lr_resumes_and_stops_at_the_commanded_ste
                        ("resume", "resumed at step 3"), ("stop", "stop requested at step 12")]
     kinds = [e["kind"] for e in run.events() if e["kind"] != "threads"]
     assert kinds == ["start", "pause", "set", "resume", "epoch", "stop", "stopped"]
+
+
+def test_a_control_file_cut_mid_run_is_read_again_from_its_start(tmp_path):
+    """Truncated (or replaced by a shorter file) while a worker reads it: a Stop written afterwards still counts."""
+    from brnn_core.runs.protocol import command_line
+    from brnn_core.training.control import ControlReader
+
+    path = tmp_path / "control.jsonl"
+    lines = [command_line(cmd, "2026-01-01T00:00:00")[1] for cmd in ("pause", "resume", "pause", "resume")]
+    path.write_text("".join(line + "\n" for line in lines))
+    reader = ControlReader(path)
+    assert [r.command.cmd for r in reader.read()] == ["pause", "resume", "pause", "resume"]
+    path.write_text(command_line("stop", "2026-01-01T00:00:01")[1] + "\n")  # shorter than the offset read so far
+    assert [r.command.cmd for r in reader.read()] == ["stop"]
+    assert reader.read() == []

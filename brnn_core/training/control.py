@@ -40,6 +40,8 @@ class ControlReader:
         if size == self.size:  # cheap: called between steps
             return []
         self.size = size
+        if size < self.offset:  # the file was cut or replaced: what is in it now was written after that
+            self.offset = 0
         lines, _ = read_complete_lines(self.path, self.offset)
         received = []
         for line in lines:
