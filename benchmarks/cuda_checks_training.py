@@ -16,7 +16,7 @@ from brnn_core.devices import cpu_has_bf16
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.runs.rundir import create_run, new_run_config
 from brnn_core.training.engine import evaluate, make_optimizer, train_one_epoch
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 if TYPE_CHECKING:
     from benchmarks.cuda_checks_bench import Bench
@@ -95,11 +95,11 @@ def check_speed(b: Bench) -> None:
 
 # ------------------------------------------------------------------ accuracy (and amp)
 def brnn_run(b: Bench, seed: int, amp: str = "off") -> dict:
-    """A real run through training.worker.run_training; its test accuracy, samples/s and fp16 skipped steps."""
+    """A real run through training.worker.train_run_dir; its test accuracy, samples/s and fp16 skipped steps."""
     cfg = TrainConfig(dataset=b.dataset, epochs=b.epochs, device=str(b.device), seed=seed, amp=amp,
                       **({"hidden_size": 32} if b.quick else {})).validate()
     run = create_run(b.tmp / "runs", new_run_config(cfg, b.data_dir))
-    state = run_training(run, data_dir=b.data_dir)
+    state = train_run_dir(run, data_dir=b.data_dir)
     status = run.status()
     if state != "finished":
         raise RuntimeError(f"brnn_core run ended {state}: {status.get('message')}")

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.handwriting --seeds 0 1 2 [--set K=V ...] [--teach] [--keep DIR]
 
-Each seed trains the defaults for 5 epochs on mnist-sample through the worker's code (`run_training`), then scores
+Each seed trains the defaults for 5 epochs on mnist-sample through the worker's code (`train_run_dir`), then scores
 best.pt on the real MNIST test digits (`--test`, default ../shared/data/mnist-test-8k.npz: only measured, never
 trained or chosen on), on benchmarks/drawn_digits.py's set and on benchmarks/letterforms.py's; `--teach` adds
 Teach it. Prints a row per seed, the mean and spread (targets: benchmarks/README.md, "Handwriting").
@@ -25,7 +25,7 @@ from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig, parse_set
 from brnn_core.runs.rundir import create_run, new_run_config
 from brnn_core.training.engine import evaluate
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +38,7 @@ def train(seed: int, sets: dict, epochs: int, workdir: Path) -> tuple[Path, floa
                                  "epochs": epochs, "seed": seed, **sets})
     run = create_run(workdir / "runs", new_run_config(cfg, workdir / "data"))
     t0 = time.perf_counter()
-    state = run_training(run, data_dir=workdir / "data")
+    state = train_run_dir(run, data_dir=workdir / "data")
     if state != "finished":
         raise SystemExit(f"seed {seed}: {state}: {run.status().get('message')}")
     return run.best_ckpt, (time.perf_counter() - t0) / epochs

@@ -121,7 +121,7 @@ def teach(checkpoint: Path, canvases, labels, workdir: Path) -> tuple[Path, str]
     """Save the teaching drawings in a fresh data folder and run Teach it; (new best.pt, its final message)."""
     from brnn_core.runs.rundir import create_run, new_run_config
     from brnn_core.training.teach import teach_config
-    from brnn_core.training.worker import run_training
+    from brnn_core.training.worker import train_run_dir
 
     data_dir = workdir / "data"
     classes = [str(d) for d in range(10)]
@@ -129,7 +129,7 @@ def teach(checkpoint: Path, canvases, labels, workdir: Path) -> tuple[Path, str]
         save_drawing(data_dir, canvas, label, classes, now=1.7e9 + k)
     cfg = teach_config(checkpoint, data_dir)
     run = create_run(workdir / "runs", new_run_config(cfg, data_dir))
-    state = run_training(run, data_dir=data_dir)
+    state = train_run_dir(run, data_dir=data_dir)
     if state != "finished":
         raise SystemExit(f"teach run {run.path} ended {state}: {run.status().get('message')}")
     return run.best_ckpt, run.status()["message"]

@@ -41,7 +41,7 @@ from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
 from brnn_core.training.engine import evaluate
-from brnn_core.training.session import run_training
+from brnn_core.training.session import train_run_dir
 from brnn_core.training.teach import TeachError, teach_config
 from brnn_core.training.warmstart import initial_checkpoint
 
@@ -175,7 +175,7 @@ def cmd_train(args) -> int:
         ensure_dataset(cfg.dataset, data_dir)  # offline and missing: exit 2 before any run is created
         run, resume = create_run(runs_dir, new_run_config(cfg, data_dir)), False
     print(f"run directory: {run.path}", flush=True)
-    state = run_training(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
+    state = train_run_dir(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
     status = run.status()
     if status.get("state") != state:  # the worker could not record how it ended: its files are not writable
         print(f"\nerror: the run ended {state}, but its status could not be saved in {run.path}: make the runs "
@@ -215,7 +215,7 @@ def cmd_teach(args) -> int:
     run = create_run(args.runs_dir or default_runs_dir(), new_run_config(cfg, data_dir))
     print(f"run directory: {run.path}\nteaching {args.checkpoint} your drawings: {cfg.epochs} epochs, "
           f"{100 * cfg.my_drawings:g}% of each epoch drawings, peak lr {cfg.lr:g}", flush=True)
-    state = run_training(run, data_dir=data_dir, printer=ProgressPrinter())
+    state = train_run_dir(run, data_dir=data_dir, printer=ProgressPrinter())
     print(f"\n{run.status().get('message') or state}", flush=True)
     if state == State.FINISHED:
         print(f"new checkpoint: {run.best_ckpt}", flush=True)

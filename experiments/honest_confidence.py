@@ -99,12 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         from brnn_core.config import TrainConfig
         from brnn_core.runs.rundir import create_run, new_run_config
-        from brnn_core.training.worker import run_training
+        from brnn_core.training.worker import train_run_dir
 
         root = Path(tempfile.mkdtemp(prefix="honest-smoke-"))
         run = create_run(root / "runs", new_run_config(TrainConfig.from_dict(
             {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "epochs": 1}), root))
-        run_training(run, data_dir=root)
+        train_run_dir(run, data_dir=root)
         args.runs, args.limit, args.per_shape = [run.path], 50, 2
     if not args.runs:
         parser.error("give one or more run folders (or --smoke)")

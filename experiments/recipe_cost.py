@@ -3,7 +3,7 @@
     .venv/bin/python -m experiments.recipe_cost --rounds 3
     .venv/bin/python -m experiments.recipe_cost --smoke     # one round of a tiny model: the code path only
 
-Both sides train 2 epochs on mnist-sample through `run_training` (the worker's code), in turn: "new" as shipped,
+Both sides train 2 epochs on mnist-sample through `train_run_dir` (the worker's code), in turn: "new" as shipped,
 "old" with lr_schedule=constant, input_scale=unit and drawn_share=0. Prints each side's training samples/s
 (the mean of its logged rows) and new/old. Decision: docs/decisions/009-training-recipe.md.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from brnn_core.config import TrainConfig
 from brnn_core.runs.rundir import create_run, new_run_config
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 SIDES = {"new": {}, "old": {"lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0}}
 
@@ -25,7 +25,7 @@ SIDES = {"new": {}, "old": {"lr_schedule": "constant", "input_scale": "unit", "d
 def samples_per_s(sets: dict, workdir: Path, size: dict) -> float:
     cfg = TrainConfig.from_dict({"dataset": "mnist-sample", "device": "cpu", "epochs": 2, **size, **sets})
     run = create_run(workdir, new_run_config(cfg, workdir))
-    assert run_training(run, data_dir=workdir) == "finished", run.status()
+    assert train_run_dir(run, data_dir=workdir) == "finished", run.status()
     m = run.metrics()
     return float(m[m["split"] == "train"]["samples_per_s"].mean())
 

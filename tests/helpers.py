@@ -28,7 +28,7 @@ import pytest
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import IDX_FILES
 from brnn_core.runs.rundir import Run, create_run, list_runs, new_run_config
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "streamlit_app.py"
@@ -218,11 +218,11 @@ def make_run(runs_dir: Path, data_dir: Path | None = None, *, base: dict | None 
 def train_run(runs_dir: Path, data_dir: Path | None = None, **overrides) -> tuple[Run, str]:
     """Create a run (see make_run) and train it in this process; returns it and its final state."""
     run = make_run(runs_dir, data_dir, **overrides)
-    return run, run_training(run, data_dir=data_dir or runs_dir)
+    return run, train_run_dir(run, data_dir=data_dir or runs_dir)
 
 
 def stop_at(run: Run, step: int, **stop: str) -> Callable[[str, dict], None]:
-    """A run_training printer that sends `stop` (with `stop`'s fields, e.g. a scheduler's source and reason) when
+    """A train_run_dir printer that sends `stop` (with `stop`'s fields, e.g. a scheduler's source and reason) when
     `step` is logged: the worker applies it before the next step, so with log_interval 1 the run stops at `step`."""
 
     def printer(kind: str, info: dict) -> None:
@@ -342,7 +342,7 @@ def kill_workers(runs_dir: Path) -> None:
     import psutil
 
     for run in list_runs(runs_dir):
-        status = run.raw_status()
+        status = run.stored_status()
         pid = status.get("pid")
         if not pid or int(pid) == os.getpid():  # a run trained in this process (see conftest's `finished`)
             continue

@@ -10,7 +10,7 @@ from helpers import make_run, run_cli
 from brnn_core.config import TrainConfig, resolve_drawn_share
 from brnn_core.data import as_drawn, canvas
 from brnn_core.data.batching import split_train_val
-from brnn_core.training.worker import PRE_DEFAULTS, load_splits, run_training
+from brnn_core.training.worker import PRE_DEFAULTS, load_splits, train_run_dir
 
 
 def test_the_redrawn_share_is_fixed_by_the_dataset_size():
@@ -118,7 +118,7 @@ def test_clothes_and_runs_from_before_are_never_redrawn():
 @pytest.mark.slow
 def test_a_run_records_the_share_it_trained_with(tmp_path):
     run = make_run(tmp_path / "runs", hidden_size=8, num_layers=1, epochs=1)
-    assert run_training(run, data_dir=tmp_path / "data") == "finished"
+    assert train_run_dir(run, data_dir=tmp_path / "data") == "finished"
     assert run.config()["train"]["drawn_share"] == 0.3 and run.config()["drawn_share"] == 0.3
 
 

@@ -28,7 +28,7 @@ from brnn_core.data.datasets import DATASETS
 from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.training import session
 from brnn_core.training.engine import FitHooks, evaluate, fit, make_optimizer
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 CPU = torch.device("cpu")
 
@@ -223,7 +223,7 @@ def test_fit_feeds_augmented_training_batches_and_plain_validation(sample):
 @pytest.mark.slow
 def test_worker_run_with_strong_augmentation_reports_plain_test_accuracy(tmp_path, sample):
     run = make_run(tmp_path / "runs", hidden_size=16, num_layers=1, epochs=1, augment="strong")
-    assert run_training(run, data_dir=tmp_path / "data") == "finished"
+    assert train_run_dir(run, data_dir=tmp_path / "data") == "finished"
     assert run.config()["augment"] == "strong"  # the level used is recorded in config.json
     model = load_checkpoint(run.best_ckpt).build_model()  # the run's architecture, input scale included
     test = evaluate(model, sample.test_x, sample.test_y)  # un-augmented test digits, evaluated here
@@ -234,7 +234,7 @@ def test_worker_run_with_strong_augmentation_reports_plain_test_accuracy(tmp_pat
 def test_auto_is_recorded_resolved(tmp_path):
     run = make_run(tmp_path / "runs", hidden_size=8, num_layers=1, epochs=1)
     assert run.config()["train"]["augment"] == "auto"
-    assert run_training(run, data_dir=tmp_path / "data") == "finished"
+    assert train_run_dir(run, data_dir=tmp_path / "data") == "finished"
     assert run.config()["augment"] == AUGMENT_AUTO["mnist-sample"]
 
 
@@ -258,7 +258,7 @@ def test_live_augment_change_is_applied_at_the_next_step_and_acknowledged(tmp_pa
         return spies[-1]
 
     monkeypatch.setattr(session, "Augmenter", spy_factory)
-    assert run_training(run, data_dir=tmp_path / "data") == "finished"
+    assert train_run_dir(run, data_dir=tmp_path / "data") == "finished"
     spy = spies[0]
     assert [spy.levels[s] for s in range(7)] == ["off"] * 6 + ["strong"]  # steps 0-5 plain, from step 6 on strong
     assert set(spy.levels[s] for s in range(6, STEPS_PER_EPOCH)) == {"strong"}

@@ -21,7 +21,7 @@ from brnn_core.model import BiLSTM, ModelConfig
 from brnn_core.runs.branch import PARENT_CKPT, BranchError, branch_points, create_branch, plan_branch, with_parents
 from brnn_core.runs.jobs import JobRegistry
 from brnn_core.runs.rundir import Run, RunError, create_run, list_runs
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 # A constant lr: a cosine schedule is planned over the run's epochs, so a branch that raises them (and the straight
 # run it is compared with) would follow another curve than its parent did.
@@ -50,13 +50,13 @@ def family(tmp_path_factory):
     """parent (2 epochs) -> child (:last, to 3 epochs) -> grandchild (:last, to 4), and a straight 4-epoch run."""
     runs_dir = tmp_path_factory.mktemp("family") / "runs"
     parent = make_run(runs_dir, **PARENT)
-    assert run_training(parent, data_dir=runs_dir / "data") == "finished"
+    assert train_run_dir(parent, data_dir=runs_dir / "data") == "finished"
     assert branch_cli(runs_dir, parent.id, "epochs=3") == 0
     child = only_new_run(runs_dir, parent)
     assert branch_cli(runs_dir, f"{child.id}:last", "epochs=4") == 0
     grandchild = only_new_run(runs_dir, parent, child)
     straight = make_run(runs_dir.parent / "straight", **{**PARENT, "epochs": 4})
-    assert run_training(straight, data_dir=runs_dir / "data") == "finished"
+    assert train_run_dir(straight, data_dir=runs_dir / "data") == "finished"
     return runs_dir, parent, child, grandchild, straight
 
 
@@ -208,13 +208,13 @@ def test_stop_and_resume_a_branch(family, parent_run, runs_dir, capsys):
     assert (child.checkpoint_dir / PARENT_CKPT).stat().st_ino == parent.last_ckpt.stat().st_ino  # a link, no copy
 
     def stop_mid_epoch():
-        wait_for(lambda: (child.raw_status().get("step") or 0) >= 2 * SPE + 10, 120, f"step {2 * SPE + 10}",
+        wait_for(lambda: (child.stored_status().get("step") or 0) >= 2 * SPE + 10, 120, f"step {2 * SPE + 10}",
                  interval=0.005)
         child.send_command("stop")
 
     stopper = threading.Thread(target=stop_mid_epoch, daemon=True)
     stopper.start()
-    assert run_training(child, data_dir=runs_dir / "data") == "stopped"
+    assert train_run_dir(child, data_dir=runs_dir / "data") == "stopped"
     stopper.join(timeout=5)
     own = load_checkpoint(child.last_ckpt)
     assert 2 * SPE + 10 <= own.step < 4 * SPE and not (child.checkpoint_dir / PARENT_CKPT).exists()

@@ -28,7 +28,7 @@ from brnn_core.checkpoint import (
 )
 from brnn_core.config import LIVE_FIELDS
 from brnn_core.model import BiLSTM, ModelConfig
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 CLASSES = [str(i) for i in range(10)]
 
@@ -170,12 +170,12 @@ def test_stop_mid_epoch_then_resume_continues_where_it_stopped(runs_dir, capsys)
     run = make_run(runs_dir, **RESUMABLE)
 
     def stop_after_step_10():
-        wait_for(lambda: (run.raw_status().get("step") or 0) >= 10, 120, "step 10", interval=0.005)
+        wait_for(lambda: (run.stored_status().get("step") or 0) >= 10, 120, "step 10", interval=0.005)
         run.send_command("stop")
 
     stopper = threading.Thread(target=stop_after_step_10, daemon=True)
     stopper.start()
-    assert run_training(run, data_dir=runs_dir) == "stopped"
+    assert train_run_dir(run, data_dir=runs_dir) == "stopped"
     stopper.join(timeout=5)
     stopped = run.status()
     ckpt = load_checkpoint(run.last_ckpt)
@@ -201,7 +201,7 @@ def test_stop_mid_epoch_then_resume_continues_where_it_stopped(runs_dir, capsys)
 
     # Same seed, uninterrupted: mid-epoch resume replays the same batches with the same optimizer state.
     straight = make_run(runs_dir, **{**RESUMABLE, "epochs": 3})
-    assert run_training(straight, data_dir=runs_dir) == "finished"
+    assert train_run_dir(straight, data_dir=runs_dir) == "finished"
     assert final["val_loss"] == pytest.approx(straight.status()["val_loss"], rel=1e-6)
     assert final["test_acc"] == pytest.approx(straight.status()["test_acc"], abs=1e-9)
 

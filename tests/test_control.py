@@ -25,7 +25,7 @@ from brnn_core.runs.rundir import Run, create_run
 from brnn_core.training.engine import make_optimizer
 from brnn_core.training.recorder import Position
 from brnn_core.training.session import HEARTBEAT_S, TrainingSession
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 LIVE = {"lr": 0.01, "grad_clip": 0.0, "epochs": 3, "augment": "off"}
 
@@ -63,7 +63,7 @@ def test_pause_blocks_between_steps_until_resume_and_both_are_acknowledged(run, 
     control = controller(run, optimizer, step=7)
     pause = run.send_command("pause")
     control.poll()
-    status = run.raw_status()
+    status = run.stored_status()
     assert control.paused and (status["state"], status["message"], status["step"]) == ("paused", "paused at step 7", 7)
     assert status["control_offset"] == run.control_path.stat().st_size  # a later worker does not replay it
     assert status["live"] == LIVE
@@ -72,16 +72,16 @@ def test_pause_blocks_between_steps_until_resume_and_both_are_acknowledged(run, 
 
     returned = []
     waiter = threading.Thread(target=lambda: returned.append(control.before_step(7)), daemon=True)
-    beat = run.raw_status().get("heartbeat", 0)
+    beat = run.stored_status().get("heartbeat", 0)
     waiter.start()
     # While paused the worker keeps beating (the dashboard then knows it is alive) and takes no step.
-    wait_for(lambda: run.raw_status().get("heartbeat", 0) > beat + HEARTBEAT_S, 30, "a heartbeat while paused")
-    assert waiter.is_alive() and not returned and run.raw_status()["state"] == "paused"
+    wait_for(lambda: run.stored_status().get("heartbeat", 0) > beat + HEARTBEAT_S, 30, "a heartbeat while paused")
+    assert waiter.is_alive() and not returned and run.stored_status()["state"] == "paused"
 
     resume = run.send_command("resume")
     waiter.join(30)
     assert returned == [True] and not control.paused
-    status = run.raw_status()
+    status = run.stored_status()
     assert (status["state"], status["message"]) == ("running", "resumed at step 7")
     assert (acks(run)[resume]["kind"], acks(run)[resume]["message"]) == ("resume", "resumed at step 7")
 
@@ -93,7 +93,7 @@ def test_a_second_pause_or_a_resume_while_running_is_acknowledged_and_changes_no
     assert control.before_step(3) is True  # paused and resumed within one poll: no wait
     assert [acks(run)[cid]["kind"] for cid in ids] == ["pause", "pause", "resume", "resume"]
     assert [e["kind"] for e in run.events()] == ["pause", "pause", "resume", "resume"]
-    assert run.raw_status()["state"] == "running"
+    assert run.stored_status()["state"] == "running"
 
 
 def test_stop_ends_the_loop_and_records_who_asked(run, optimizer):
@@ -101,7 +101,7 @@ def test_stop_ends_the_loop_and_records_who_asked(run, optimizer):
     user = run.send_command("stop")
     assert control.before_step(12) is False
     assert control.stop_requested and control.stop_reason is None
-    status = run.raw_status()
+    status = run.stored_status()
     assert (status["state"], status["message"]) == ("stopping", "stopping at step 12: saving a checkpoint")
     assert acks(run)[user]["message"] == "stop requested at step 12"
 
@@ -128,7 +128,7 @@ def test_set_changes_the_live_values_and_the_optimizer_lr(run, optimizer):
         event = acks(run)[cid]
         assert (event["kind"], event["field"], event["old"], event["new"]) == ("set", field, old, new)
         assert (event["message"], event["step"], event["source"]) == (message, 3, "user")
-    assert run.raw_status()["live"] == control.live.to_dict()
+    assert run.stored_status()["live"] == control.live.to_dict()
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
@@ -146,7 +146,7 @@ def test_bad_values_are_refused_with_a_message_and_change_nothing(run, optimizer
     event = acks(run)[cid]
     assert event["kind"] == "warning" and event["message"].startswith(message) and event["step"] == 4, event
     assert control.live.to_dict() == LIVE and lr_of(optimizer) == [0.01]
-    assert run.raw_status().get("live", LIVE) == LIVE  # no status rewrite claims a change
+    assert run.stored_status().get("live", LIVE) == LIVE  # no status rewrite claims a change
     [outcome] = outcomes(run.events(), {cid: f"{field} → {value}"})
     assert (outcome.result, outcome.message) == ("refused", event["message"])
 
@@ -173,7 +173,7 @@ def test_each_command_is_applied_once_in_file_order_even_across_workers(run, opt
     with open(run.control_path, "a") as fh:
         fh.write('{"id": "late-pause", "cmd": "pau')
     second = controller(run, optimizer, step=5)
-    assert second.control.offset == run.raw_status()["control_offset"] > 0
+    assert second.control.offset == run.stored_status()["control_offset"] > 0
     assert second.before_step(5) is True  # neither the set nor the stop is applied again
     assert [e.get("command") for e in run.events()] == ids
     with open(run.control_path, "a") as fh:
@@ -187,18 +187,18 @@ def test_each_command_is_applied_once_in_file_order_even_across_workers(run, opt
 
 # ------------------------------------------------------------------ the sending side (runs/protocol.py)
 def test_live_settings_come_from_the_status_else_from_the_config(run, runs_dir):
-    assert live_settings(run, run.raw_status()) == LIVE  # no worker has reported yet: config.json's values
+    assert live_settings(run, run.stored_status()) == LIVE  # no worker has reported yet: config.json's values
     running = {"live": {"lr": 0.002, "grad_clip": 1.0, "epochs": 4, "augment": "light"}}
     assert live_settings(run, running) == running["live"]
     older = {"live": {"lr": 0.002, "grad_clip": 1.0, "epochs": 4}}  # a worker from before augmentation
     assert live_settings(run, older) == {**older["live"], "augment": "off"}
     legacy = create_run(runs_dir, {"train": {"lr": 0.03, "grad_clip": 0.0, "epochs": 2}}, run_id="legacy")
-    assert live_settings(legacy, legacy.raw_status()) == {"lr": 0.03, "grad_clip": 0.0, "epochs": 2,
+    assert live_settings(legacy, legacy.stored_status()) == {"lr": 0.03, "grad_clip": 0.0, "epochs": 2,
                                                           "augment": "off"}
 
 
 def test_send_live_changes_sends_one_set_per_changed_field(run):
-    current = live_settings(run, run.raw_status())
+    current = live_settings(run, run.stored_status())
     wanted = {**current, "lr": 0.001, "epochs": 5, "grad_clip": None, "hidden_size": 16}  # None: not asked
     sent = send_live_changes(run, current, wanted)
     assert list(sent.values()) == ["lr → 0.001", "epochs → 5"]  # LIVE_FIELDS order; unchanged ones not sent
@@ -211,7 +211,7 @@ def test_send_live_changes_sends_one_set_per_changed_field(run):
 
 
 def test_outcomes_follow_each_sent_command_until_the_worker_answers(run, optimizer):
-    current = live_settings(run, run.raw_status())
+    current = live_settings(run, run.stored_status())
     sent = send_live_changes(run, current, {**current, "lr": 0.001, "augment": "medium", "grad_clip": -3.0})
     sent[run.send_command("pause")] = "Pause"
     assert outcomes(run.events(), sent) == [Outcome(label, "waiting") for label in sent.values()]
@@ -240,13 +240,13 @@ def test_a_training_run_pauses_changes_lr_resumes_and_stops_at_the_commanded_ste
             sent[run.send_command("stop")] = "Stop"
 
     def set_lr_and_resume() -> None:
-        paused = wait_for(lambda: (s := run.raw_status())["state"] == "paused" and s, 60, "the run to pause")
-        wait_for(lambda: run.raw_status()["heartbeat"] > paused["heartbeat"] + HEARTBEAT_S, 30, "a heartbeat")
-        assert run.raw_status()["step"] == 3  # paused: no step taken
-        sent.update(send_live_changes(run, live_settings(run, run.raw_status()), {"lr": 0.001}))
+        paused = wait_for(lambda: (s := run.stored_status())["state"] == "paused" and s, 60, "the run to pause")
+        wait_for(lambda: run.stored_status()["heartbeat"] > paused["heartbeat"] + HEARTBEAT_S, 30, "a heartbeat")
+        assert run.stored_status()["step"] == 3  # paused: no step taken
+        sent.update(send_live_changes(run, live_settings(run, run.stored_status()), {"lr": 0.001}))
         sent[run.send_command("resume")] = "Resume"
 
-    assert run_training(run, data_dir=runs_dir, printer=steer) == "stopped"
+    assert train_run_dir(run, data_dir=runs_dir, printer=steer) == "stopped"
     status = run.status()
     assert status["step"] == 12 and status["live"]["lr"] == 0.001
     train = run.metrics().query("split == 'train'")

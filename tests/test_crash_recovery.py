@@ -100,7 +100,7 @@ def kill_at_a_random_moment(run: Run, proc, pid: int, zygote, rng: random.Random
         # show that a spawned worker resumes)
         early = proc is None and rng.random() < 0.2
         if not early:
-            wait_for(lambda: (rows_added(before, metric_lines(run)) and run.raw_status().get("pid") == pid)
+            wait_for(lambda: (rows_added(before, metric_lines(run)) and run.stored_status().get("pid") == pid)
                      or not pid_alive(pid), 300, f"{what}: the worker to train")
             assert pid_alive(pid), f"{what}: the worker exited: {log.read_text()[-2000:]}"
         delay = rng.uniform(0.05, 1.0) if early else rng.uniform(0.0, 1.2)
@@ -214,7 +214,7 @@ def test_dashboard_restart_shows_the_true_state_of_a_live_run(tmp_path, idx_data
             run, proc = jobs.start_worker(runs_dir, tiny_config(dataset="mnist"), data_dir=idx_data)
             wait_healthy(port, server, log)
             assert http_get(f"http://127.0.0.1:{port}/")[0] == 200
-            wait_for(lambda: run.raw_status().get("state") == "running" and metric_lines(run), 300,
+            wait_for(lambda: run.stored_status().get("state") == "running" and metric_lines(run), 300,
                        "the worker to train")
 
             server.send_signal(signal.SIGKILL)  # the server dies without any clean-up

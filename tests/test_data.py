@@ -41,7 +41,7 @@ from brnn_core.data.datasets import (
     default_dataset,
 )
 from brnn_core.data.loading import load_dataset, read_idx
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS = IDX_FILES
 
@@ -337,7 +337,7 @@ def test_worker_run_on_a_damaged_dataset_ends_failed_with_the_message(tmp_path, 
         name, pattern = _damage(folder, kind)
     run = make_run(tmp_path / "runs", base=TINY, dataset="mnist", epochs=1)
     with torch_threads(1):
-        state = run_training(run, data_dir=data_dir)
+        state = train_run_dir(run, data_dir=data_dir)
     status = run.status()
     assert state == "failed" and status["state"] == "failed", status
     assert name in status["message"] and re.search(pattern, status["message"]), status["message"]

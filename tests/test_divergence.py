@@ -14,7 +14,7 @@ from helpers import STEPS_PER_EPOCH, train_run
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.training.engine import EXPLODED_FACTOR, EXPLODED_LOGS, ExplosionWatch
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 LIMIT = EXPLODED_FACTOR * math.log(10)  # 23.0 for ten classes
 
@@ -61,7 +61,7 @@ def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
     assert good.step == STEPS_PER_EPOCH and good.metrics["val_acc"] > 0.2  # learnt something (chance is 0.1)
     run.send_command("set", field="epochs", value=2)
     run.send_command("set", field="lr", value=10.0)  # the user raises lr far too high and resumes
-    assert run_training(run, data_dir=tmp_path / "data", resume=True) == "diverged"
+    assert train_run_dir(run, data_dir=tmp_path / "data", resume=True) == "diverged"
     message = run.status()["message"]
     # either check may catch it first: the logged training loss or the epoch's validation loss, far above guessing
     assert ("the training loss stayed above 23.0" in message or "is above 23.0" in message) and "(now 10)" in message

@@ -23,7 +23,7 @@ def test_storm_of_200_commands_no_deadlock_none_lost_or_reordered(tmp_path, monk
     try:
         with worker_environ(monkeypatch):
             run, proc = jobs.start_worker(runs_dir, tiny_config(dataset="mnist"), data_dir=idx_data)
-        wait_for(lambda: (run.raw_status().get("state") == "running" and metric_lines(run))
+        wait_for(lambda: (run.stored_status().get("state") == "running" and metric_lines(run))
                    or proc.poll() is not None, 300, "the worker to train")
         assert proc.poll() is None, (run.path / "worker.log").read_text()[-3000:]
         sent, last_lr = [], None
@@ -50,7 +50,7 @@ def test_storm_of_200_commands_no_deadlock_none_lost_or_reordered(tmp_path, monk
         events = {e["command"]: e for e in run.events() if e.get("command")}
         assert events[sent[-1]]["kind"] == "resume"
         assert sum(1 for cid in sent if events[cid]["kind"] == "warning") >= 1  # the refused lr values
-        assert run.raw_status()["live"]["lr"] == last_lr
+        assert run.stored_status()["live"]["lr"] == last_lr
         rows = len(metric_lines(run))
         wait_for(lambda: len(metric_lines(run)) > rows, 120, "training to go on after the storm")
         assert float(metric_lines(run)[-1].split(b",")[5]) == pytest.approx(last_lr, rel=1e-5)

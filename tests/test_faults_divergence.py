@@ -10,7 +10,7 @@ from helpers import TINY, app_test, fake_finished_run, make_run, texts, torch_th
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.inference.predictor import Predictor
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 
 @pytest.mark.slow
@@ -23,7 +23,7 @@ def test_nan_loss_ends_diverged_with_a_hint_and_a_loadable_last_pt(tmp_path, mon
     # the blog's inputs, first log after the loss is NaN (step ~33); logged more often, the finite explosion
     # before it ends the run first (tests/test_divergence.py)
     with torch_threads(1):
-        state = run_training(run, data_dir=idx_data)
+        state = train_run_dir(run, data_dir=idx_data)
     status = run.status()
     assert state == "diverged" and status["state"] == "diverged", status
     assert "the loss became NaN or infinite" in status["message"]

@@ -30,7 +30,7 @@ from brnn_core.training.engine import (
     train_one_epoch,
     weights_finite,
 )
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 CUDNN_MESSAGE = "cudnn RNN backward can only be called in training mode"
 
@@ -378,7 +378,7 @@ def test_divergence_keeps_the_last_good_checkpoint(runs_dir, monkeypatch):
 
     sender = threading.Thread(target=raise_lr_after_first_epoch, daemon=True)
     sender.start()
-    state = run_training(run, data_dir=runs_dir)
+    state = train_run_dir(run, data_dir=runs_dir)
     sender.join(timeout=5)
     assert state == "diverged", run.status()
     status = run.status()

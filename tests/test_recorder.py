@@ -24,7 +24,7 @@ from brnn_core.training import recorder as recorder_module
 from brnn_core.training.engine import EpochResult, EvalResult, LogPoint, make_optimizer
 from brnn_core.training.recorder import CHECKPOINT_EVERY_S, Position
 from brnn_core.training.session import TrainingSession
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 RUN = {**TINY, "epochs": 3, "augment": "off", "lr_schedule": "constant"}
 
@@ -71,7 +71,7 @@ def test_a_log_writes_a_train_row_and_the_progress_in_status(run):
     step, epoch, split, loss, accuracy, lr, speed, elapsed = row.split(",")
     assert (step, epoch, split, loss, accuracy, lr, speed) == ("11", "1.375", "train", "2.25", "", "0.01", "1000")
     assert 0 <= float(elapsed) < 60
-    status = run.raw_status()
+    status = run.stored_status()
     assert (status["state"], status["message"], status["step"], status["loss"]) == ("running", "epoch 2/3", 11, 2.25)
     assert (status["epoch"], status["batch"], status["steps_done"], status["total_steps"]) == (1, 3, 11, 3 * SPE)
     assert status["steps_per_epoch"] == SPE and status["samples_per_s"] == 1000.0
@@ -86,7 +86,7 @@ def test_elapsed_time_continues_from_earlier_workers_of_the_run(run):
     rec, _ = recorder(run)
     rec.on_log(0, LogPoint(step=2, batch=2, loss=2.3, samples_per_s=900.0, lr=0.01))
     assert 100.0 <= float(metric_rows(run)[0].split(",")[-1]) < 160
-    assert 100.0 <= run.raw_status()["elapsed_s"] < 160
+    assert 100.0 <= run.stored_status()["elapsed_s"] < 160
 
 
 # ------------------------------------------------------------------ mid-epoch checkpoints
@@ -146,7 +146,7 @@ def test_each_epoch_saves_last_pt_and_best_pt_keeps_the_lowest_validation_loss(r
         "epoch 1: train loss 2.4000, val loss 2.0000, val acc 10.00%",
         "epoch 2: train loss 2.3000, val loss 1.5000, val acc 20.00%",
         "epoch 3: train loss 2.2000, val loss 1.8000, val acc 30.00%"]
-    status = run.raw_status()
+    status = run.stored_status()
     assert (status["step"], status["val_loss"], status["steps_done"]) == (3 * SPE, 1.8, 3 * SPE)
     assert status["val_acc"] == pytest.approx(0.3)
     assert [epoch for epoch, _ in reported] == [1, 2, 3]
@@ -168,7 +168,7 @@ def test_a_resumed_recorder_only_replaces_best_pt_with_a_better_epoch(run):
 
 # ------------------------------------------------------------------ inside a real run
 def test_a_real_run_leaves_the_rows_and_checkpoints_the_recorder_promises(run):
-    assert run_training(run, data_dir=run.path.parent) == "finished"
+    assert train_run_dir(run, data_dir=run.path.parent) == "finished"
     metrics = run.metrics()
     train, val = metrics.query("split == 'train'"), metrics.query("split == 'val'")
     assert list(train.step) == list(range(1, 3 * SPE + 1)) and list(val.step) == [SPE, 2 * SPE, 3 * SPE]
@@ -194,7 +194,7 @@ def test_a_real_run_saves_mid_epoch_when_the_interval_has_passed(run, monkeypatc
             ckpt = load_checkpoint(run.last_ckpt)
             seen.append((ckpt.epoch, ckpt.batch_in_epoch, ckpt.step))
 
-    assert run_training(run, data_dir=run.path.parent, printer=look) == "finished"
+    assert train_run_dir(run, data_dir=run.path.parent, printer=look) == "finished"
     assert seen == [(0, 4, 4), (1, 4, SPE + 4)]
 
 

@@ -38,7 +38,7 @@ def test_create_run_makes_a_complete_directory(runs_dir):
     run = create_run(runs_dir, {"train": {"dataset": "mnist-sample"}, "dataset": "mnist-sample"}, run_id="r1")
     assert run.path == runs_dir / "r1" and run.exists()
     assert sorted(p.name for p in run.path.iterdir()) == sorted(RUN_FILES)
-    assert run.raw_status()["state"] == "queued" and run.status()["state"] == "queued"
+    assert run.stored_status()["state"] == "queued" and run.status()["state"] == "queued"
     assert run.metrics_path.read_text() == ",".join(METRIC_COLUMNS) + "\n"
     assert [p.name for p in runs_dir.iterdir()] == ["r1"]  # no .creating-* staging folder left
     with pytest.raises(RunError, match="already exists"):
@@ -131,7 +131,7 @@ def test_active_run_with_a_dead_worker_reads_as_interrupted(runs_dir, state):
     run.write_status(state=state, pid=pid, pid_started=started, message="epoch 1/2")
     status = run.status()
     assert status["state"] == "interrupted" and "resume" in status["message"]
-    assert run.raw_status()["state"] == state  # the file is left as the worker wrote it
+    assert run.stored_status()["state"] == state  # the file is left as the worker wrote it
 
 
 def test_live_worker_keeps_its_state_and_a_reused_pid_does_not(runs_dir):
@@ -163,12 +163,12 @@ def test_a_damaged_status_reads_as_a_damaged_run_with_a_note(runs_dir, content):
     assert "resume continues from the last checkpoint" in status["message"] and run.read_status().damaged
     assert run not in active_runs(runs_dir)
     run.write_status(state="queued", message="resuming", created=time.time())  # a resume rewrites it whole
-    assert "damaged" not in run.raw_status() and run.status()["state"] == "queued"
+    assert "damaged" not in run.stored_status() and run.status()["state"] == "queued"
 
 
 def test_status_rewrites_keep_unknown_keys_and_refuse_unknown_fields(runs_dir):
     run = create_run(runs_dir, {}, run_id="u")
-    run.status_path.write_text(json.dumps({**run.raw_status(), "from_a_later_version": {"x": 1}}))
+    run.status_path.write_text(json.dumps({**run.stored_status(), "from_a_later_version": {"x": 1}}))
     run.write_status(step=5, live={"lr": 0.01})
     status = run.read_status()
     assert status["from_a_later_version"] == {"x": 1} and (status.step, status.live) == (5, {"lr": 0.01})
@@ -176,7 +176,7 @@ def test_status_rewrites_keep_unknown_keys_and_refuse_unknown_fields(runs_dir):
         run.write_status(stpe=6)
     with pytest.raises(TypeError, match="status.json field 'step' takes int, not str"):
         run.write_status(step="6")
-    assert run.raw_status()["step"] == 5
+    assert run.stored_status()["step"] == 5
     old = create_run(runs_dir, {}, run_id="old")
     old.status_path.write_text(json.dumps({"state": "finished"}))  # a run from before most fields existed
     assert (old.read_status().step, old.read_status().live, old.status()["state"]) == (0, {}, "finished")

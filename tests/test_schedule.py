@@ -14,7 +14,7 @@ from brnn_core.runs.progress import lr_plan
 from brnn_core.schedule import FLOOR, WARMUP_START, lr_at, lr_factor, planned_lr
 from brnn_core.training.recorder import Position
 from brnn_core.training.session import TrainingSession
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 RUN = {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "batch_size": 500,
        "log_interval": 1, "eval_batch_size": 500, "augment": "off"}
@@ -76,7 +76,7 @@ def test_live_changes_set_the_scheduled_lr_and_say_so(tmp_path):
 @pytest.mark.worker
 def test_a_run_trains_with_the_scheduled_lr_and_the_chart_plan_matches_it(tmp_path):
     run = make_run(tmp_path / "runs", base=RUN, epochs=2, lr=0.01)
-    assert run_training(run, data_dir=tmp_path) == "finished"
+    assert train_run_dir(run, data_dir=tmp_path) == "finished"
     lrs = _train_lrs(run)
     total = 2 * SPE
     # the lr logged at a step is the one its optimizer step used: step s was logged after step s-1 ran
@@ -89,7 +89,7 @@ def test_a_run_trains_with_the_scheduled_lr_and_the_chart_plan_matches_it(tmp_pa
 @pytest.mark.worker
 def test_constant_keeps_the_blog_lr(tmp_path):
     run = make_run(tmp_path / "runs", base=RUN, epochs=1, lr=0.01, lr_schedule="constant")
-    assert run_training(run, data_dir=tmp_path) == "finished"
+    assert train_run_dir(run, data_dir=tmp_path) == "finished"
     assert set(_train_lrs(run).values()) == {0.01}
 
 
@@ -104,9 +104,9 @@ def test_a_live_lr_change_rescales_the_schedule_and_a_resume_continues_it(tmp_pa
     def after_epoch(epoch, metrics):  # stop mid-way through the second epoch, as a user would
         run.send_command("stop")
 
-    assert run_training(run, data_dir=tmp_path, after_epoch=after_epoch) == "stopped"
+    assert train_run_dir(run, data_dir=tmp_path, after_epoch=after_epoch) == "stopped"
     assert run.status()["step"] <= stop_at
-    assert run_training(run, data_dir=tmp_path, resume=True) == "finished"
+    assert train_run_dir(run, data_dir=tmp_path, resume=True) == "finished"
     lrs = _train_lrs(run)
     total = 3 * SPE
     assert sorted(lrs) == list(range(1, total + 1))  # no step twice, none missing

@@ -1,6 +1,6 @@
 """Every way a run starts from a checkpoint (training/warmstart.py), on real checkpoints of tiny real runs.
 
-`begin_from` picks the start: fresh, `init_from` (weights only, step 0), a branch's first start (its parent's
+`choose_start` picks the start: fresh, `init_from` (weights only, step 0), a branch's first start (its parent's
 checkpoint), a resume from the run's own last.pt, or `resume_from` another checkpoint (PBT's exploit). All go
 through `start_from_checkpoint`, whose trap is the optimizer state: loading it brings back the hyperparameters
 it was saved with, so the wanted values must be put back afterwards (the lr by the training session, which
@@ -27,8 +27,8 @@ from brnn_core.runs.rundir import Run
 from brnn_core.training.engine import make_optimizer
 from brnn_core.training.recorder import Position
 from brnn_core.training.session import LiveSettings, TrainingSession
-from brnn_core.training.warmstart import begin_from, drop_metrics_after, drop_start_copy, start_from_checkpoint
-from brnn_core.training.worker import run_training
+from brnn_core.training.warmstart import choose_start, drop_metrics_after, drop_start_copy, start_from_checkpoint
+from brnn_core.training.worker import train_run_dir
 
 RUN = {**TINY, "epochs": 2, "augment": "off", "lr_schedule": "constant", "seed": 3}
 
@@ -38,7 +38,7 @@ def parent(tmp_path_factory) -> Run:
     """A finished 2-epoch run: last.pt at step 2 * SPE with its Adam state, best.pt (weights only)."""
     runs_dir = tmp_path_factory.mktemp("warmstart") / "runs"
     run = make_run(runs_dir, base=RUN)
-    assert run_training(run, data_dir=runs_dir) == "finished"
+    assert train_run_dir(run, data_dir=runs_dir) == "finished"
     return run
 
 
@@ -55,7 +55,7 @@ def stopped(tmp_path_factory) -> Run:
             run.send_command("set", field="grad_clip", value=2.0)
         stop(kind, info)
 
-    assert run_training(run, data_dir=runs_dir, printer=steer) == "stopped"
+    assert train_run_dir(run, data_dir=runs_dir, printer=steer) == "stopped"
     return run
 
 
@@ -69,12 +69,12 @@ class Start:
 
 
 def begin(run: Run, *, resume: bool = False, resume_from: Path | None = None) -> Start:
-    """begin_from with the model and optimizer the worker builds from the run's config, then its session."""
+    """choose_start with the model and optimizer the worker builds from the run's config, then its session."""
     cfg = TrainConfig.from_dict(run.config()["train"])
     torch.manual_seed(cfg.seed)
     model = BiLSTM(ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, head=cfg.head))
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
-    began = begin_from(run, cfg, model, optimizer, MNIST_CLASSES, resume=resume, resume_from=resume_from)
+    began = choose_start(run, cfg, model, optimizer, MNIST_CLASSES, resume=resume, resume_from=resume_from)
     session = TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, steps_per_epoch=SPE,
                               start=began.position, live=LiveSettings.of(cfg).with_saved(began.live))
     return Start(began.position, began.note, model, optimizer, session.live.to_dict())
@@ -94,7 +94,7 @@ def hidden_8(seed: int = 0, **kw) -> BiLSTM:
     return BiLSTM(ModelConfig(**{"hidden_size": 8, "num_layers": 1, "input_scale": "standard", **kw}))  # as RUN
 
 
-# ------------------------------------------------------------------ begin_from: which start
+# ------------------------------------------------------------------ choose_start: which start
 def test_a_new_run_starts_fresh(runs_dir):
     run = make_run(runs_dir, base=RUN)
     start = begin(run)
@@ -207,14 +207,14 @@ def test_resume_from_another_runs_checkpoint(parent, runs_dir):
     start = begin(trial, resume=True, resume_from=parent.last_ckpt)
     assert start.position == Position(2, 0, 2 * SPE) and same_weights(start.model, parent.last_ckpt)
     assert trial.events()[-1]["message"] == f"resumed from {parent.last_ckpt} at epoch 2, step {2 * SPE}"
-    assert not trial.last_ckpt.exists()  # begin_from reads; the worker saves the run's own last.pt
+    assert not trial.last_ckpt.exists()  # choose_start reads; the worker saves the run's own last.pt
 
 
 def test_a_trial_exploiting_another_checkpoint_trains_on_with_the_lr_set_before_its_first_step(stopped, runs_dir):
     """PBT: the donor's last.pt brings back its lr (0.003); the trial's new lr, set before the first step, wins."""
     trial = make_run(runs_dir, base=RUN)
     exploit = lambda session: session.change("lr", 0.004, source="pbt", donor=stopped.id)  # noqa: E731
-    assert run_training(trial, data_dir=runs_dir, resume=True, resume_from=stopped.last_ckpt,
+    assert train_run_dir(trial, data_dir=runs_dir, resume=True, resume_from=stopped.last_ckpt,
                         before_start=exploit) == "finished"
     train = trial.metrics().query("split == 'train'")
     assert list(train.step) == list(range(12, 17)) and (train.lr == 0.004).all()  # the donor stopped at step 11

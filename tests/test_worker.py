@@ -1,6 +1,6 @@
-"""One run from start to end (training/worker.py: `run_training`), trained in this process on real files.
+"""One run from start to end (training/worker.py: `train_run_dir`), trained in this process on real files.
 
-Every way a run ends is checked where the user reads it: the state run_training returns, status.json (state,
+Every way a run ends is checked where the user reads it: the state train_run_dir returns, status.json (state,
 message, end time), the last event, and the files left behind (checkpoints, metrics, report.json):
 finished, stopped (by the user, by a scheduler), diverged, failed (each kind of error with the message that
 says what to fix), interrupted. The same outcomes with worker subprocesses: test_faults_*.py, test_crash_recovery.py.
@@ -30,7 +30,7 @@ from brnn_core.runs.rundir import Run
 from brnn_core.training.engine import FitResult, evaluate, make_optimizer
 from brnn_core.training.reports import read_report
 from brnn_core.training.session import TrainingSession
-from brnn_core.training.worker import run_training
+from brnn_core.training.worker import train_run_dir
 
 # SPE steps an epoch, a metrics row every step; a constant lr, so the numbers below do not follow a schedule.
 RUN = {**TINY, "epochs": 2, "augment": "off", "lr_schedule": "constant"}
@@ -57,7 +57,7 @@ def kinds(run: Run) -> list[str]:
 def test_a_finished_run_reports_its_best_checkpoint_on_the_test_set(runs_dir, sample):
     run = tiny(runs_dir)
     printed: list[str] = []
-    state = run_training(run, data_dir=runs_dir, printer=lambda kind, info: printed.append(kind))
+    state = train_run_dir(run, data_dir=runs_dir, printer=lambda kind, info: printed.append(kind))
     status = assert_ended(run, "finished", state)
     best = load_checkpoint(run.best_ckpt)
     test = evaluate(best.build_model(), sample.test_x, sample.test_y, batch_size=500)  # the report's weights
@@ -89,7 +89,7 @@ def test_a_finished_run_reports_its_best_checkpoint_on_the_test_set(runs_dir, sa
 # ------------------------------------------------------------------ stopped
 def test_a_run_stopped_by_the_user_saves_where_it_stands(runs_dir):
     run = tiny(runs_dir)
-    status = assert_ended(run, "stopped", run_training(run, data_dir=runs_dir, printer=stop_at(run, 11)))
+    status = assert_ended(run, "stopped", train_run_dir(run, data_dir=runs_dir, printer=stop_at(run, 11)))
     assert (status["message"], status["step"], status["stopped_by"]) == ("stopped at step 11, checkpoint saved",
                                                                          11, None)
     assert (status["epoch"], status["batch"], status["steps_done"]) == (1, 3, 11)
@@ -105,7 +105,7 @@ def test_a_run_stopped_by_the_user_saves_where_it_stands(runs_dir):
 def test_a_run_stopped_by_a_scheduler_says_why(runs_dir):
     run = tiny(runs_dir)
     printer = stop_at(run, 5, source="asha", reason="below the median of its rung")
-    status = assert_ended(run, "stopped", run_training(run, data_dir=runs_dir, printer=printer))
+    status = assert_ended(run, "stopped", train_run_dir(run, data_dir=runs_dir, printer=printer))
     assert (status["message"], status["stopped_by"]) == ("below the median of its rung (step 5)", "asha")
     stopped = run.events()[-1]
     assert stopped["message"] == "below the median of its rung; stopped at step 5; last.pt saved, resume continues " \
@@ -117,7 +117,7 @@ def test_a_run_stopped_by_a_scheduler_says_why(runs_dir):
 def test_a_diverging_run_says_what_to_change_and_keeps_its_starting_weights(runs_dir):
     """SGD at lr 10 with weight decay 1 multiplies every weight by -9 a step: the loss explodes within steps."""
     run = tiny(runs_dir, optimizer="sgd", lr=10.0, momentum=0.9, weight_decay=1.0)
-    status = assert_ended(run, "diverged", run_training(run, data_dir=runs_dir))
+    status = assert_ended(run, "diverged", train_run_dir(run, data_dir=runs_dir))
     message = status["message"]
     assert message.startswith(f"diverged at step {status['step']}: the training loss stayed above 23.0"), message
     assert message.endswith("Lower the learning rate (now 10), weight decay (now 1) or turn on gradient clipping; "
@@ -150,7 +150,7 @@ def test_the_diverged_message_names_the_checkpoints_left(finished, runs_dir, kee
 
 
 # ------------------------------------------------------------------ failed
-Setup = Callable[[Path, Run], tuple[Run, dict, str]]  # (runs_dir, finished) -> (run, run_training kwargs, message)
+Setup = Callable[[Path, Run], tuple[Run, dict, str]]  # (runs_dir, finished) -> (run, train_run_dir kwargs, message)
 
 
 def bad_config(runs_dir: Path, finished: Run) -> tuple[Run, dict, str]:
@@ -219,7 +219,7 @@ def test_a_failed_run_says_what_is_wrong(runs_dir, finished, dead_proxy_env, cas
     untouched = {p.name: p.read_bytes() for p in run.checkpoint_dir.glob("*.pt")} if run.checkpoint_dir.is_dir() \
         else {}
     metrics_before = run.metrics_path.read_bytes()
-    status = assert_ended(run, "failed", run_training(run, **{"data_dir": runs_dir, **kwargs}))
+    status = assert_ended(run, "failed", train_run_dir(run, **{"data_dir": runs_dir, **kwargs}))
     assert status["message"].startswith(expected), status["message"]
     if case == "unwritable_checkpoints":
         assert status["message"].endswith("free disk space or make the runs folder writable, then resume this run")
@@ -238,7 +238,7 @@ def test_an_unexpected_error_fails_the_run_with_its_type_and_keeps_the_traceback
     def after_epoch(epoch: int, metrics: dict) -> None:  # a sweep trial reports here; its scheduler went away
         raise RuntimeError(f"the scheduler went away after epoch {epoch}")
 
-    status = assert_ended(run, "failed", run_training(run, data_dir=runs_dir, after_epoch=after_epoch))
+    status = assert_ended(run, "failed", train_run_dir(run, data_dir=runs_dir, after_epoch=after_epoch))
     assert status["message"] == "RuntimeError: the scheduler went away after epoch 1"
     assert kinds(run)[-2:] == ["traceback", "error"]
     traceback = run.events()[-2]["message"]
@@ -254,11 +254,11 @@ def test_ctrl_c_leaves_an_interrupted_run_that_resumes_from_its_last_pt(runs_dir
         if kind == "log" and info["step"] == 6:
             raise KeyboardInterrupt
 
-    status = assert_ended(run, "interrupted", run_training(run, data_dir=runs_dir, printer=ctrl_c))
+    status = assert_ended(run, "interrupted", train_run_dir(run, data_dir=runs_dir, printer=ctrl_c))
     assert status["message"] == "interrupted from the keyboard"
     assert (kinds(run)[-1], run.events()[-1]["message"]) == ("stop", "interrupted from the keyboard")
     assert load_checkpoint(run.last_ckpt).step == 0  # saved as training started; no save since
-    assert run_training(run, data_dir=runs_dir, resume=True) == "finished"
+    assert train_run_dir(run, data_dir=runs_dir, resume=True) == "finished"
     resume = next(e for e in run.events() if e["kind"] == "resume")
     assert resume["message"] == "resumed from last.pt at epoch 0, step 0 (6 metric rows logged after that " \
                                 "checkpoint were dropped)"

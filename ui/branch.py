@@ -35,7 +35,7 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
     """Pick a checkpoint and new lr / clip / epochs / optimizer; the button creates the branch and starts it."""
     with st.expander("Branch from here", icon=":material/call_split:"):
         found = _readable_checkpoints(run)
-        if "last" not in found and last_pt_pruned(run.raw_status()):
+        if "last" not in found and last_pt_pruned(run.stored_status()):
             st.caption("last.pt was pruned by the sweep to save disk: branch from best.pt (weights only).")
         if not found:
             st.caption("No checkpoint saved yet: nothing to branch from.")

@@ -1,6 +1,6 @@
 """The run directory, a user-facing format (docs/run-directory.md), and what keeps track of runs.
 
-    rundir    one run's folder (`Run`): create, read, list, delete, send a command, true status
+    rundir    one run's folder (`Run`): create, read, list, delete, send a command, effective status
     index     `RunIndex`: the runs table and checkpoint choices, re-read only when files change;
               `read_run` and `runs_table` read afresh for Python users
     jobs      the one job registry: start and resume training workers and sweep drivers, one at a time

@@ -26,7 +26,7 @@ import pandas as pd
 
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
-from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, true_status
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, effective_status
 from brnn_core.states import ACTIVE_STATES
 
 FILES = ("config.json", "status.json", "metrics.csv")
@@ -67,17 +67,17 @@ class Entry:
     files: Signature  # of config.json, status.json, metrics.csv when read
     dirs: tuple[int | None, int | None]  # mtime_ns of the run folder and of its checkpoints/ folder
     config: dict
-    raw_status: dict
+    stored_status: dict
     metrics: ValSummary
     checkpoints: tuple[bool, bool]  # best.pt, last.pt exist
     settled: bool = False  # nothing in it was newer than SETTLE_NS when read: a later change moves a signature
 
     @property
     def active(self) -> bool:
-        return self.raw_status.get("state") in ACTIVE_STATES
+        return self.stored_status.get("state") in ACTIVE_STATES
 
     def to_dict(self) -> dict:
-        return {"files": self.files, "dirs": self.dirs, "config": self.config, "raw_status": self.raw_status,
+        return {"files": self.files, "dirs": self.dirs, "config": self.config, "stored_status": self.stored_status,
                 "metrics": asdict(self.metrics), "checkpoints": self.checkpoints}
 
     @classmethod
@@ -85,7 +85,7 @@ class Entry:
         """An entry saved by `to_dict` (index_store): JSON made its tuples lists."""
         metrics = ValSummary(**{**d["metrics"], "val_points": tuple(map(tuple, d["metrics"]["val_points"]))})
         files = tuple(None if f is None else tuple(f) for f in d["files"])
-        return cls(files, tuple(d["dirs"]), dict(d["config"]), dict(d["raw_status"]), metrics,
+        return cls(files, tuple(d["dirs"]), dict(d["config"]), dict(d["stored_status"]), metrics,
                    tuple(d["checkpoints"]), settled=True)
 
 
@@ -300,14 +300,14 @@ class RunIndex:
         return result
 
     def statuses(self) -> dict[str, dict]:
-        """run id -> its true status (an active run whose worker is gone reads `interrupted`), newest first."""
-        return {name: true_status(dict(entry.raw_status)) for name, entry in self.refresh()}
+        """run id -> its effective status (an active run whose worker is gone reads `interrupted`), newest first."""
+        return {name: effective_status(dict(entry.stored_status)) for name, entry in self.refresh()}
 
     def table(self) -> pd.DataFrame:
         """The runs table (SUMMARY_COLUMNS), newest first. Shared between callers: do not modify it."""
         def build(entries) -> pd.DataFrame:
             now = time.time()
-            rows = [summary_row(name, e.config, true_status(dict(e.raw_status)), e.metrics, now) for name, e in entries]
+            rows = [summary_row(name, e.config, effective_status(dict(e.stored_status)), e.metrics, now) for name, e in entries]
             return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
         return self._memoised("table", self.refresh(), build)

@@ -17,7 +17,7 @@ from pathlib import Path
 from brnn_core.fileio import atomic_write_json
 
 STORE_NAME = ".index.json"
-STORE_VERSION = 1
+STORE_VERSION = 2
 
 
 def load(path: Path, runs_dir: Path) -> dict[str, dict]:

@@ -27,7 +27,7 @@ def queued_for_resume(run: Run) -> None:
 
 def handed_to_driver(run: Run, driver_pid: int, driver_started: float) -> None:
     """A PBT trial whose thread Tune ended between epochs: it waits as queued, owned by the sweep's driver."""
-    status = run.raw_status()
+    status = run.stored_status()
     if status.get("state") in (State.RUNNING, State.LOADING, State.PAUSED):
         run.log_event("scheduler", "paused by the sweep's scheduler: waits for a free slot to continue",
                       step=status.get("step"))

@@ -37,7 +37,7 @@ from brnn_core.runs.status import (  # noqa: F401 - their old home: index, recor
     REMOTE_STALE_S,
     RunStatus,
     last_pt_pruned,
-    true_status,
+    effective_status,
     update_status,
     worker_alive,
 )
@@ -148,13 +148,13 @@ class Run:
         """status.json, typed (a damaged file reads as a damaged status, never raises)."""
         return RunStatus.read(self.status_path)
 
-    def raw_status(self) -> dict:
+    def stored_status(self) -> dict:
         """status.json as the worker last wrote it."""
         return self.read_status().to_dict()
 
     def status(self) -> dict:
-        """status.json with the true state: an active run whose worker is gone is `interrupted`."""
-        return true_status(self.raw_status())
+        """status.json with the effective state: an active run whose worker is gone is `interrupted`."""
+        return effective_status(self.stored_status())
 
     def metrics(self) -> pd.DataFrame:
         lines, _ = read_complete_lines(self.metrics_path)

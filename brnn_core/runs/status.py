@@ -3,7 +3,7 @@
 `RunStatus` is a read-only mapping over the file's object with typed accessors; `updated()` accepts only the
 documented fields, while unknown keys found in a file (an older or newer version's) are kept on rewrite.
 A file that is not a JSON object reads as a damaged status (`damaged` says why), never as an exception.
-`true_status` adds what only the reader can know: an active run whose worker is gone is `interrupted`.
+`effective_status` adds what only the reader can know: an active run whose worker is gone is `interrupted`.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def update_status(path: Path, **changes: Any) -> dict:
     return status.to_dict()
 
 
-def true_status(status: dict) -> dict:
+def effective_status(status: dict) -> dict:
     """`status` (a status.json's content, changed in place) with an active run whose worker is gone `interrupted`."""
     state = status.get("state", State.INTERRUPTED)
     if state in ACTIVE_STATES and not worker_alive(status):

@@ -4,7 +4,7 @@
     plan.py      everything else checked before Ray starts: scheduler, resources, address
     records.py   RUNS/sweeps/<sweep_id>/ (sweep.json, control, events) and reading trials back
     disk.py      which trials keep last.pt
-    trial.py     the Tune trainable: one trial = one run, trained by the worker's run_training
+    trial.py     the Tune trainable: one trial = one run, trained by the worker's train_run_dir
     steering.py  Tune schedulers, stopper and callback that act through the runs' control channel
     tuning.py    the Tuner itself; runner.py: Ray's start and end, the driver loop, --resume
     cluster.py   on a cluster, checked before any trial: every node sees the runs and data folders

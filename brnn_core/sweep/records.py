@@ -38,7 +38,7 @@ from brnn_core.runs.rundir import (
     last_pt_pruned,
     new_run_config,
     now_iso,
-    true_status,
+    effective_status,
     validate_run_id,
     worker_alive,
 )
@@ -291,7 +291,7 @@ def write_best_config(sweep: Sweep, best: dict | None) -> Path | None:
     if not best:
         return None
     run = Run(sweep.runs_dir / best["run_id"])
-    train = {**run.config().get("train", {}), **(run.raw_status().get("live") or {})}
+    train = {**run.config().get("train", {}), **(run.stored_status().get("live") or {})}
     known = set(TrainConfig.field_names())
     values = {k: v for k, v in train.items() if k in known and k not in SWEEP_ONLY}
     path = sweep.path / BEST_CONFIG
@@ -313,7 +313,7 @@ def trials_table(sweep: Sweep, index: RunIndex | None = None) -> pd.DataFrame:
         entry = entries.get(run_id)
         if entry is None:
             continue
-        status, cfg, m = true_status(dict(entry.raw_status)), entry.config, entry.metrics
+        status, cfg, m = effective_status(dict(entry.stored_status)), entry.config, entry.metrics
         best, last = (m.best_val_loss, m.last_val_loss) if metric == "val_loss" else (m.best_val_acc, m.last_val_acc)
         searched = (cfg.get("sweep") or {}).get("searched") or {}
         live = status.get("live") or {}

@@ -244,7 +244,7 @@ def release_waiting(sweep: Sweep) -> None:
     """Trials the scheduler had paused (queued under the driver's pid) end `stopped`, last.pt as it was."""
     driver = sweep.raw().get("pid")
     for run in sweep.trial_runs():
-        status = run.raw_status()
+        status = run.stored_status()
         if status.get("state") in ACTIVE_STATES and status.get("pid") == driver:
             run.log_event("stopped", "the sweep ended while this trial waited for its scheduler; last.pt is kept: "
                                      "`train --resume` continues it", step=status.get("step"))

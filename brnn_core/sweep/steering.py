@@ -253,7 +253,7 @@ class SweepCallback(Callback):
         sweep = self.control.sweep
         board = self.leaderboard(sweep)
         if board.metric in result and result.get("run_id"):
-            epochs = (self.control.run_of(trial.trial_id).raw_status().get("live") or {}).get("epochs", "?")
+            epochs = (self.control.run_of(trial.trial_id).stored_status().get("live") or {}).get("epochs", "?")
             self.printer(f"{trial_number(result['run_id'])} epoch {result.get('epoch')}/{epochs}: "
                          f"val_loss {result['val_loss']:.4f}, val_accuracy {100 * result['val_accuracy']:.2f}%")
             if board.add(result["run_id"], result[board.metric], result.get("epoch", 0)):

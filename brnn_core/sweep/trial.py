@@ -1,7 +1,7 @@
 """One sweep trial: a Ray Tune function trainable that is an ordinary run.
 
 The trial makes (or finds) its run directory, with `sweep_id` and its place in the sweep in
-config.json, and trains it with the worker's own `run_training`: the same training session, so
+config.json, and trains it with the worker's own `train_run_dir`: the same training session, so
 the Train page shows it live and Pause/Resume/Stop work on it. After each epoch's files are written
 it reports the metric to Tune. Every status write is the session's: this module writes none.
 
@@ -31,7 +31,7 @@ from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.cluster import require_shared
 from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, create_trial_run, trial_run_id
-from brnn_core.training.session import TrainingSession, run_training
+from brnn_core.training.session import TrainingSession, train_run_dir
 
 TUNE_MODEL = "model.pt"  # inside a Tune checkpoint: a copy of the trial's last.pt at that epoch
 TUNE_META = "trial.json"  # which run and step it came from
@@ -64,23 +64,23 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
     if not run.exists() and Sweep(Path(setup.sweep_dir)).stop_requested():
         return  # the sweep is stopping: never start a new trial
     searched = {k: config[k] for k in setup.searched}
-    status = run.raw_status() if run.exists() else {}
+    status = run.stored_status() if run.exists() else {}
     if status.get("state") in FINAL_STATES or status.get("stopped_by") in SCHEDULER_STOPS:
         report_final(run, setup)  # Tune lost track of an ended trial (restored sweep): nothing to train
         return
     plan = plan_start(run, setup, searched, trial_id, tune.get_checkpoint())
     try:
-        state = run_training(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
+        state = train_run_dir(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
                              before_start=plan.before_start, after_epoch=Reporter(run, setup),
                              handoff=(setup.driver_pid, setup.driver_started),  # Tune may end the thread
                              status_fields={"ray_node": ray.get_runtime_context().get_node_id()})
     finally:
         if plan.source is not None:
             plan.source.unlink(missing_ok=True)
-    if state == State.STOPPED and run.raw_status().get("stopped_by") not in SCHEDULER_STOPS:
+    if state == State.STOPPED and run.stored_status().get("stopped_by") not in SCHEDULER_STOPS:
         # stopped with the sweep (Stop sweep, Ctrl-C, the time budget): unfinished to Tune, so that
         # `sweep --resume` trains it on from its last.pt (Tune restores only trials it did not see end)
-        raise TrialStopped(f"{run.id} stopped with the sweep at step {run.raw_status().get('step')}; "
+        raise TrialStopped(f"{run.id} stopped with the sweep at step {run.stored_status().get('step')}; "
                            "`sweep --resume` continues it")
 
 
@@ -110,7 +110,7 @@ def plan_start(run: Run, setup: TrialSetup, searched: dict, trial_id: str, check
             return StartPlan(resume=True)  # its own checkpoint (paused, then started again): last.pt is as new
         donor_file = run.checkpoint_dir / DONOR_FILE
         shutil.copyfile(Path(folder) / TUNE_MODEL, donor_file)
-    own = run.raw_status().get("live") or {}
+    own = run.stored_status().get("live") or {}
     return StartPlan(resume=True, source=donor_file,
                      before_start=lambda c: apply_exploit(c, setup, searched, meta, own))
 
@@ -136,7 +136,7 @@ class Reporter:
         self.run, self.setup = run, setup
 
     def __call__(self, epoch: int, metrics: dict) -> None:
-        step = int(self.run.raw_status().get("step") or 0)
+        step = int(self.run.stored_status().get("step") or 0)
         result = {"epoch": epoch, "step": step, "val_loss": metrics["val_loss"], "val_accuracy": metrics["val_acc"],
                   "train_loss": metrics["train_loss"], "run_id": self.run.id}
         every = self.setup.checkpoint_every

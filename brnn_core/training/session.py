@@ -3,8 +3,8 @@
 The session owns the run's mutable state: the live settings (`LiveSettings`), the position, the optimizer's
 lr (`_apply_lr` is the only code that assigns it: schedule, live change, resume, branch, PBT) and every
 status.json write while it trains. Its parts return what happened: the `Recorder` writes rows and
-checkpoints, the `ControlReader` hands over commands, `warmstart.begin_from` restores a checkpoint.
-`run_training` builds a session from a run directory (`open_session`), trains it and turns any error into a
+checkpoints, the `ControlReader` hands over commands, `warmstart.choose_start` restores a checkpoint.
+`train_run_dir` builds a session from a run directory (`open_session`), trains it and turns any error into a
 `failed` run whose message says what to fix; the worker process and a sweep trial both call it.
 """
 
@@ -61,7 +61,7 @@ from brnn_core.training.recorder import Position, Recorder
 from brnn_core.training.reports import write_report
 from brnn_core.training.splits import Splits, device_name, load_splits, model_config_for, prepare_device
 from brnn_core.training.threads import ThreadKeeper, release_claim
-from brnn_core.training.warmstart import begin_from, drop_start_copy
+from brnn_core.training.warmstart import choose_start, drop_start_copy
 
 HEARTBEAT_S = 1.0  # status.json is rewritten at most this often between state changes (the page's heartbeat)
 PAUSE_POLL_S = 0.1
@@ -431,7 +431,7 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
     model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     scaler = grad_scaler(device, cfg.amp)  # fp16 only; lives in last.pt with the optimizer
-    began = begin_from(run, cfg, model, optimizer, splits.classes, resume=resume, resume_from=resume_from,
+    began = choose_start(run, cfg, model, optimizer, splits.classes, resume=resume, resume_from=resume_from,
                        scaler=scaler)
     mix = DrawingMix.prepare(cfg, data_dir, splits.classes, device, len(splits.train_y))  # None unless asked
     if mix is not None:  # the user's drawings mixed into the training split; held-out accuracy "before"
@@ -451,7 +451,7 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
     return Opened(session, splits, mix, config, keeper, began.note)
 
 
-def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Printer | None = None,
+def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Printer | None = None,
                  after_epoch: Callable[[int, dict], None] | None = None, resume_from: Path | None = None,
                  before_start: Callable[[TrainingSession], None] | None = None,
                  handoff: tuple[int, float] | None = None, status_fields: dict | None = None) -> str:
@@ -465,7 +465,7 @@ def run_training(run: Run, *, data_dir: Path, resume: bool = False, printer: Pri
     threads_before = torch.get_num_threads()  # the run plans its own (threads.py); the caller's are given back
     run.write_status(state=State.LOADING, message="starting", pid=os.getpid(), pid_started=me.create_time(),
                      host=socket.gethostname(), heartbeat=time.time(),
-                     started=run.raw_status().get("started") or time.time(), ended=None, **(status_fields or {}))
+                     started=run.stored_status().get("started") or time.time(), ended=None, **(status_fields or {}))
     try:
         opened = open_session(run, data_dir, resume=resume, printer=printer or (lambda kind, info: None),
                               after_epoch=after_epoch, resume_from=resume_from, handoff=handoff)

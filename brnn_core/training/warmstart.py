@@ -1,12 +1,12 @@
 """Starting training from a checkpoint, every way it happens, in one place.
 
-`begin_from` picks how a run starts and is the only place that does: a fresh model; `init_from`
+`choose_start` picks how a run starts and is the only place that does: a fresh model; `init_from`
 (fine-tuning: weights only, step 0); a branch's first start (its parent's checkpoint, `parent.pt`);
 a resume from the run's own last.pt; or a scheduler's exploit (PBT: another trial's checkpoint,
 passed as `resume_from`). All of them go through `start_from_checkpoint`. The trap it exists for: loading an
 optimizer state brings back the hyperparameters saved with it (weight decay, momentum, lr), so the values
 the optimizer was built with are put back *after* the state is loaded; the lr is the training session's
-to set (from the live values `begin_from` returns), so nothing here assigns it.
+to set (from the live values `choose_start` returns), so nothing here assigns it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def optimizer_name(optimizer: torch.optim.Optimizer) -> str:
 
 
 @dataclass
-class Begin:
+class StartPoint:
     """How a run begins: where it stands, the live values a checkpoint brought back, a note for the start event."""
 
     position: Position
@@ -86,18 +86,18 @@ def _load_optimizer(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> tuple
     return True, ""
 
 
-def begin_from(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def choose_start(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                classes: list[str], *, resume: bool, resume_from: Path | None = None,
-               scaler: torch.amp.GradScaler | None = None) -> Begin:
+               scaler: torch.amp.GradScaler | None = None) -> StartPoint:
     """Where training starts, the live values it brings back, a note for the start event: the one place a
     start is chosen."""
     note = load_initial_weights(model, cfg, classes)  # fine-tuning: cfg.init_from's weights, step 0
     if unstarted_branch(run):
-        return Begin(start_branch(run, cfg, model, optimizer), {}, note)
+        return StartPoint(start_branch(run, cfg, model, optimizer), {}, note)
     if resume:
         position, live = restore(run, model, optimizer, resume_from, scaler=scaler)
-        return Begin(position, live, note)
-    return Begin(Position(), {}, note)
+        return StartPoint(position, live, note)
+    return StartPoint(Position(), {}, note)
 
 
 def load_initial_weights(model: torch.nn.Module, cfg: TrainConfig, classes: list[str]) -> str | None:

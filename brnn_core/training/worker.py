@@ -1,6 +1,6 @@
 """The worker process: `python -m brnn_core.training.worker RUN_DIR [--resume]` trains one prepared run.
 
-The job registry and the sweep launcher start it through `spawn` (runs.jobs); it runs `run_training`
+The job registry and the sweep launcher start it through `spawn` (runs.jobs); it runs `train_run_dir`
 (training.session) on the run directory and exits 0 when the run finished or stopped, 1 otherwise. The
 run directory is all it shares with whoever started it; the data folder comes from $BRNN_DATA_DIR.
 """
@@ -17,10 +17,10 @@ from brnn_core.runs.index import update_store
 from brnn_core.runs.progress import ProgressPrinter
 from brnn_core.runs.rundir import Run
 from brnn_core.states import State
-from brnn_core.training.session import run_training
+from brnn_core.training.session import train_run_dir
 from brnn_core.training.splits import load_splits
 
-__all__ = ["PRE_DEFAULTS", "load_splits", "main", "run_training"]
+__all__ = ["PRE_DEFAULTS", "load_splits", "main", "train_run_dir"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.run_dir} holds no run (config.json is missing)", file=sys.stderr)
         return 2
     print(f"run directory: {run.path}", flush=True)
-    state = run_training(run, data_dir=args.data_dir or default_data_dir(), resume=args.resume,
+    state = train_run_dir(run, data_dir=args.data_dir or default_data_dir(), resume=args.resume,
                          printer=ProgressPrinter())
     print(f"\n{run.status().get('message') or state}", flush=True)
     update_store(run.path.parent)  # the dashboard's next start reads none of the runs already in it
