@@ -307,7 +307,8 @@ class RunIndex:
         """The runs table (SUMMARY_COLUMNS), newest first. Shared between callers: do not modify it."""
         def build(entries) -> pd.DataFrame:
             now = time.time()
-            rows = [summary_row(name, e.config, effective_status(dict(e.stored_status)), e.metrics, now) for name, e in entries]
+            rows = [summary_row(name, e.config, effective_status(dict(e.stored_status)), e.metrics, now)
+                    for name, e in entries]
             return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
         return self._memoised("table", self.refresh(), build)

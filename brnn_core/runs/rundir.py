@@ -36,8 +36,8 @@ from brnn_core.runs.status import (  # noqa: F401 - their old home: index, recor
     QUEUED_GRACE_S,
     REMOTE_STALE_S,
     RunStatus,
-    last_pt_pruned,
     effective_status,
+    last_pt_pruned,
     update_status,
     worker_alive,
 )

@@ -35,10 +35,10 @@ from brnn_core.runs.rundir import (
     Run,
     RunError,
     create_run,
+    effective_status,
     last_pt_pruned,
     new_run_config,
     now_iso,
-    effective_status,
     validate_run_id,
     worker_alive,
 )
