@@ -183,9 +183,9 @@ def draw_and_predict(predictor: Predictor) -> None:
         else:
             assessment = predictor.assess(x.numpy())
             probs, top = assessment.probs, assessment.top
-            c1, c2 = st.columns([1, 1])
-            c1.image(np.kron(x.numpy(), np.ones((6, 6))), caption="What the model sees (28×28)", clamp=True)
-            show_verdict(c2, predictor, assessment, predictor.classes)
+            seen_col, verdict_col = st.columns([1, 1])
+            seen_col.image(np.kron(x.numpy(), np.ones((6, 6))), caption="What the model sees (28×28)", clamp=True)
+            show_verdict(verdict_col, predictor, assessment, predictor.classes)
             st.plotly_chart(charts.probabilities_figure(probs, predictor.classes), key="probs", on_select="ignore")
 
     if x is not None:

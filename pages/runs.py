@@ -69,10 +69,10 @@ log_y = o2.toggle("Log scale", key="cmp_log")
 curves = {rid: index.metrics(rid) for rid in shown_ids}  # only the overlaid runs' whole metrics
 points = branch_points(runs_dir, shown_ids)
 curves_key = (tuple((rid, id(df), len(df)) for rid, df in curves.items()), repr(points))  # a re-read run: new frame
-c1, c2 = st.columns(2)
-c1.plotly_chart(memo("cmp_train", (curves_key, smoothing, log_y), lambda: charts.compare_figure(
+train_col, val_col = st.columns(2)
+train_col.plotly_chart(memo("cmp_train", (curves_key, smoothing, log_y), lambda: charts.compare_figure(
     curves, smoothing=smoothing, what="train", log_y=log_y, branches=points)), key="cmp_train", on_select="ignore")
-c2.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(
+val_col.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(
     curves, what="val", log_y=log_y, branches=points)), key="cmp_val", on_select="ignore")
 
 st.divider()

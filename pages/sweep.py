@@ -132,20 +132,20 @@ with left:
         except SweepError as exc:
             st.error(str(exc).removeprefix("--search "), icon=":material/error:")
             errors.append(name)
-    c1, c2 = st.columns(2)
+    first_col, second_col = st.columns(2)
     default("sw_trials", 4)
-    trials = c1.number_input("Trials", min_value=1, step=1, key="sw_trials", help="grid values multiply it")
-    scheduler = c2.selectbox("Scheduler", SCHEDULERS, key="sw_scheduler",
+    trials = first_col.number_input("Trials", min_value=1, step=1, key="sw_trials", help="grid values multiply it")
+    scheduler = second_col.selectbox("Scheduler", SCHEDULERS, key="sw_scheduler",
                              help="fifo: all train to the end · asha: stop bad ones early · pbt: copy good ones")
-    metric = c1.selectbox("Metric", list(METRICS), key="sw_metric")
-    search_alg = c1.selectbox("Search", SEARCH_ALGS, key="sw_search_alg",
+    metric = first_col.selectbox("Metric", list(METRICS), key="sw_metric")
+    search_alg = first_col.selectbox("Search", SEARCH_ALGS, key="sw_search_alg",
                               help="random: independent samples · tpe: Optuna's TPE picks each next trial from the "
                                    "results so far (fifo or asha; no grid specs)")
-    interval = c2.number_input("PBT: epochs between exploits", min_value=1, value=1, step=1, key="sw_interval",
+    interval = second_col.number_input("PBT: epochs between exploits", min_value=1, value=1, step=1, key="sw_interval",
                                disabled=scheduler != "pbt")
-    grace = c1.number_input("ASHA: grace period (epochs)", min_value=1, value=1, step=1, key="sw_grace",
+    grace = first_col.number_input("ASHA: grace period (epochs)", min_value=1, value=1, step=1, key="sw_grace",
                             disabled=scheduler != "asha", help="epochs every trial trains before ASHA may stop it")
-    reduction = c2.number_input("ASHA: reduction factor", min_value=2, value=2, step=1, key="sw_reduction",
+    reduction = second_col.number_input("ASHA: reduction factor", min_value=2, value=2, step=1, key="sw_reduction",
                                 disabled=scheduler != "asha", help="only the best 1/N of the trials at each rung go on")
     budget = st.number_input("Time budget (minutes, 0 = none)", min_value=0.0, value=0.0, step=5.0, key="sw_budget",
                              help="then the trials still training save last.pt and stop; **Continue sweep** goes on")
