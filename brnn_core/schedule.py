@@ -1,15 +1,10 @@
-"""Learning-rate schedules: the lr of every step as a pure function of (step, planned steps).
+"""Learning-rate schedules: the lr of every step as a pure function of (step, planned steps, peak).
 
-The form's learning rate is the schedule's peak. `cosine` warms up from a tenth of the peak over the
-first WARMUP_SHARE of the planned steps, then follows half a cosine down to FLOOR x the peak at the
-last planned step; `constant` keeps the peak throughout (the blog's recipe). A constant lr of 0.01 to
-the end never settles: the same model trained on with a smaller lr reads unseen writers' digits
-markedly better (docs/decisions/009-training-recipe.md).
-
-Because the lr depends only on the step, the planned steps and the peak:
-- a resumed run continues the schedule exactly where it was (the peak is saved with the live settings);
-- a live change of the lr sets a new peak, which rescales the rest of the schedule from that step;
-- a live change of the total epochs changes the planned steps, which re-plans the decay.
+`cosine` warms up from a tenth of the peak over WARMUP_SHARE of the planned steps, then follows half a cosine
+down to FLOOR x the peak at the last one; `constant` keeps the peak (the blog's recipe, which never settles:
+docs/decisions/009-training-recipe.md). Because only the step, the planned steps and the peak count, a resumed
+run continues exactly where it was, a live lr change sets a new peak that rescales the rest, and a live change
+of the total epochs re-plans the decay.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Training-batch augmentation on the training device: random geometry and stroke thickness per image.
 
-A drawn digit differs from an MNIST digit in slant, size, position and pen width. Each training batch
-is changed on the device in a few whole-batch ops: one random affine matrix per image (rotation,
-scale, shear, translation) applied with an affine grid + `F.grid_sample`, then a random stroke
-thickness per image, blended towards a 3x3 max-pool (thicker strokes) or min-pool (thinner ones).
-No per-image PIL work and no DataLoader, so it costs little next to the LSTM (docs/decisions/001-augmentation.md).
-
-Randomness comes from a generator seeded by (run seed, global step): the same step always gets the
-same changes, so a resumed run replays exactly what the interrupted one would have done. Only
-`engine.fit` / `train_one_epoch` call this, on training batches; `evaluate` never does.
+A drawn digit differs from an MNIST digit in slant, size, position and pen width. Each batch is changed in a few
+whole-batch ops (one random affine matrix per image through `F.grid_sample`, then a random stroke thickness by
+max- or min-pool blending), so it costs little next to the LSTM (docs/decisions/001-augmentation.md). The
+generator is seeded by (run seed, global step): a resumed run replays exactly what the interrupted one would
+have done. Only `engine.fit` / `train_one_epoch` call this, on training batches; `evaluate` never does.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Canvas drawing -> MNIST-style 28x28 image.
 
-MNIST digits are white on black, scaled to fit a 20x20 box (aspect kept, anti-aliased) and
-placed in 28x28 with their centre of mass at the centre. A drawn digit must go through the
-same steps or the model sees something unlike anything it was trained on. A drawn digit is also
-straightened (`straighten`) most of the way to MNIST's average slant: people slant their digits more
-than MNIST's writers varied, and the straightened ones read better (docs/decisions/010-canvas-slant-step.md).
-It lives with the data because the saved drawings (`drawings`) are stored as this recipe made them; the Predictor
-uses the same functions.
+MNIST digits are white on black, scaled to fit a 20x20 box (aspect kept, anti-aliased) and placed in 28x28 with
+their centre of mass at the centre; a drawing must go through the same steps or the model sees something unlike
+its training. A drawn digit is also straightened (`straighten`) most of the way to MNIST's average slant
+(docs/decisions/010-canvas-slant-step.md). It lives with the data because the user's saved drawings
+(`drawings`) are stored as this recipe made them; the Predictor uses the same functions.
 """
 
 from __future__ import annotations

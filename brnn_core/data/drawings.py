@@ -1,19 +1,10 @@
-"""The user's own drawings, saved with their true labels: the `my-drawings` dataset.
+"""The user's own saved drawings with their true labels: the `my-drawings` dataset.
 
-Stored under `<data_dir>/my-drawings/`, three files per drawing, all named by its id:
-
-  <id>.canvas.png   the canvas as drawn (RGBA, as the browser sent it)
-  <id>.input.png    the 28x28 grey image the model saw (canvas.preprocess, 8 bit like MNIST)
-  <id>.json         {"label", "class_name", "classes", "created", "held_out", "deslant"}, written last
-
-The .json is what makes a drawing exist, so a save cut short leaves no half drawing in the list.
-Of each class, one drawing in HOLD_OUT_EVERY is held out (`held_out`, fixed at saving; which ones, in
-words: `held_out_ordinals`): training mixes in only the others, so accuracy on the held-out ones is an
-honest before/after.
-A damaged or foreign file in the folder is skipped with a warning, never an error. A drawing saved
-before the canvas path straightened digits (no "deslant" in its .json, or another value) has its
-input.png made again from its canvas the first time it is read, so every drawing is what the model
-is shown today.
+Three files per drawing under `<data_dir>/my-drawings/`, the .json written last so that it is what makes a
+drawing exist (the format: docs/datasets.md, "My drawings"). One drawing in HOLD_OUT_EVERY of each class is held
+out, fixed at saving, so accuracy on those is an honest before/after. A damaged or foreign file is skipped
+with a warning; a drawing whose `deslant` differs from the canvas path's has its input.png made again from its
+canvas when first read, so every drawing is what the model is shown today.
 """
 
 from __future__ import annotations

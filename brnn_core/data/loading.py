@@ -1,15 +1,10 @@
 """Datasets as whole uint8 tensors: reading, downloading and explaining bad files.
 
-A 60k x 28 x 28 uint8 dataset is 47 MB: it is read once, moved to the training device, and
-batched by indexing (`batching`). No DataLoader, no per-image PIL work, which is what made the
-blog script slow.
-
-torchvision's dataset classes (MNIST, FashionMNIST, KMNIST) download, checksum and read the
-IDX files (`train-images-idx3-ubyte` ...). Around them this module adds what torchvision alone
-does not: the files are also found in `data/<name>/` and Debian's Fashion-MNIST folder, `.gz`
-files are read without unpacking them into the data folder, the download reports progress and
-gives up after a timeout, and a missing or damaged file gets an error that names it and says
-what to do (offline: the folder and the four files to put there).
+A dataset is read once, moved to the training device and batched by indexing (`batching`): no DataLoader and
+no per-image PIL work. torchvision's classes download, checksum and read the IDX files; around them this module
+also finds the files in `data/<name>/` and Debian's Fashion-MNIST folder, reads `.gz` files without unpacking
+them, reports download progress with a timeout, and explains a missing or damaged file by name, with what to do
+(offline: the folder and the four files to put there).
 """
 
 from __future__ import annotations

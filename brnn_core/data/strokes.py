@@ -1,15 +1,10 @@
 """An MNIST digit redrawn as the dashboard's canvas would receive it: round-brush strokes on 280x280 RGBA.
 
-Why: a model trained on MNIST's pen (soft, varying width) reads canvas drawings (a hard round brush of one
-width, any size, slant and place) worse than MNIST digits. Redrawing digits this way gives both sides of
-that gap: `benchmarks/drawn_digits.py` scores the canvas path on held-out digits drawn like this, and training
-(`as_drawn`) shows the model a share of its training digits drawn like this.
-
-How (`render`): the digit is upsampled 4x, thresholded and skeletonised (scikit-image) to 1-px strokes;
-the stroke pixels are joined to their 8-neighbours and redrawn with a round brush of random width 18-22 px,
-after a random size (digit height 110-240 px), slant (shear -0.35..0.35), rotation (-12..12 degrees) and
-position on a transparent 280x280 canvas, white ink, anti-aliased when drawn at `supersample` x and
-downsampled.
+A model trained on MNIST's pen reads canvas drawings (a hard round brush, any size, slant and place) worse than
+MNIST digits; pen-stroke copies bridge that gap for training (`as_drawn`) and for scoring the canvas path
+(`benchmarks/drawn_digits.py`). `render` upsamples, thresholds and skeletonises the digit, then redraws the
+skeleton with a round brush of random width after a random size, slant, rotation and position (the ranges are
+the constants below), anti-aliased by drawing at `supersample` x and downsampling.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Looking inside the BiLSTM: what it thinks after each row, and which pixels pushed its answer.
 
-Two views of one 28x28 input (floats in [0, 1], the model's input space: `data.batching.to_input` maps a
-0 pixel to 0.0, so "black" is the zero image):
-
-- `prefix_probabilities`: the model run on the first t+1 rows only, as a shorter sequence read in
-  both directions, for every t at once (the 28 prefixes are one packed batch).
-- `integrated_gradients`: captum's IntegratedGradients from a black baseline. It needs a backward
-  pass through `nn.LSTM` in eval mode, which cuDNN refuses ("cudnn RNN backward can only be called
-  in training mode", the blog's bug). Training mode would turn dropout on and change the answer
-  being explained, so the call keeps eval mode and turns cuDNN off instead (`backward_in_eval`):
-  PyTorch's own LSTM kernels run backward in any mode and compute the same function.
+`prefix_probabilities` runs the model on the first t+1 rows, for every t at once (one packed batch).
+`integrated_gradients` is captum's, from a black baseline (the zero image in the model's input space). Its
+backward pass through `nn.LSTM` in eval mode is refused by cuDNN (the blog's bug); training mode would turn
+dropout on and change the answer being explained, so `backward_in_eval` keeps eval mode and turns cuDNN off:
+PyTorch's own LSTM kernels run backward in any mode and compute the same function.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Branches: a new run that starts from another run's checkpoint and continues its step axis.
 
-`python -m brnn_core train --from RUN[:last|:best]` and the dashboard's "Branch from here" both
-call `create_branch`. A branch is an ordinary run directory whose config.json names its parent
-(`{"run_id", "checkpoint": "last"|"best", "step", "epoch"}`), with the parent's checkpoint
-hard-linked in as `checkpoints/parent.pt` (a snapshot: the parent may train on, or be deleted,
-before the branch starts). Its worker starts from that file (`training.warmstart.start_branch`) until the branch has
-a last.pt of its own; a stopped branch resumes from its own last.pt like any run.
-
-What may change: lr, grad_clip, epochs (the total, counting the parent's), optimizer, weight decay,
-momentum, the dataset (with the same number of classes), and how it runs (batch size, dropout,
-device, amp, threads, log and eval intervals). What may not: the architecture (the weights would
-not load) and the seed / validation fraction (the branch would validate on images its parent
-trained on).
+`train --from RUN[:last|:best]` and the dashboard's "Branch from here" both call `create_branch`. A branch is an
+ordinary run directory whose config.json names its parent, with the parent's checkpoint hard-linked in as
+`checkpoints/parent.pt` (a snapshot: the parent may train on or be deleted). Its worker starts from that file
+until the branch has a last.pt of its own. What may change and what may not (the architecture, whose weights
+would not load; the seed and validation fraction, or it would validate on its parent's training images):
+docs/cli.md, "Branching a run"; the directory: docs/run-directory.md, "Branches".
 """
 
 from __future__ import annotations

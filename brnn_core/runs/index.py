@@ -1,14 +1,10 @@
 """Every run's summary, read once and read again only when its files change.
 
-Sweeps leave hundreds of runs in the runs folder, and the dashboard's pages rerun on every click (the
-Predict page on every stroke). Reading every run's config.json, status.json and metrics.csv each time
-would make every rerun cost time proportional to the history.
-A `RunIndex` keeps, per run, what the tables and pickers need, keyed by the (mtime_ns, size) of those
-three files: a rerun costs one directory scan and three `stat` calls per run, and only files that
-changed are parsed again. It is shared by every browser session (`st.cache_resource`), hence the lock.
-
-What is never cached: whether an active run's worker is still alive (a killed worker changes no file),
-and the duration of an active run (it grows with the clock).
+Sweeps leave hundreds of runs and the pages rerun on every click (Predict on every stroke), so reading every
+run's files each time would make a rerun cost time proportional to the history. A `RunIndex` keeps what the
+tables and pickers need, keyed by the (mtime_ns, size) of config.json, status.json and metrics.csv; it is shared
+by every browser session (`st.cache_resource`), hence the lock. Never cached: whether an active run's worker is
+alive (a killed worker changes no file) and an active run's duration.
 """
 
 from __future__ import annotations

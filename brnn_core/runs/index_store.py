@@ -1,12 +1,9 @@
 """The dashboard's RunIndex kept on disk, so a new server starts with what the last one had read.
 
-A `RunIndex` reads each run once and then only what changed, but a fresh server process starts empty: with
-a thousand runs its first page paid ~0.3 s reading every config.json, status.json and metrics.csv again.
-The entries of runs that had ended and settled are saved in one file, `.index.json` in the runs folder
-(skipped by every listing: its name starts with a dot). A saved entry is used only under the same test
-an in-memory one passes (`RunIndex._current`: the run folder's and its checkpoints/ folder's mtimes are
-what they were when it was read); anything else is read again. The file is only a cache: unreadable,
-from another format or another folder, it is ignored, and deleting it costs one slower first page.
+The entries of runs that have ended and settled are saved in `.index.json` in the runs folder (skipped by every
+listing: its name starts with a dot). A saved entry is used only under the test an in-memory one passes (the
+run folder's and checkpoints/ folder's mtimes unchanged); anything else is read again. The file is only a
+cache: unreadable, of another format or another folder, it is ignored, and deleting it costs one slower page.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The run directory: the only state shared by the worker, the CLI and the dashboard.
 
-    runs/<run_id>/
-      config.json          the full TrainConfig plus dataset, versions, device
-      status.json          state, pid, heartbeat, step, epoch, message (atomic rewrite)
-      metrics.csv          step,epoch,split,loss,accuracy,lr,samples_per_s,elapsed_s
-      events.jsonl         commands applied, warnings, errors (one JSON object a line)
-      control.jsonl        commands from the dashboard to the worker (appended lines)
-      checkpoints/last.pt  and best.pt (lowest validation loss)
-      worker.log           the worker's stdout/stderr
-
-Every file is rewritten atomically or appended in whole lines, so a run killed at any
-moment still reads cleanly. A run whose worker died without saying so reads as
-`interrupted`.
+`Run` names a run's files (config.json, status.json, metrics.csv, events.jsonl, control.jsonl, checkpoints/,
+worker.log: docs/run-directory.md) and reads them; every file is rewritten atomically or appended in whole
+lines, so a run killed at any moment still reads cleanly. `stored_status()` is status.json as written;
+`status()` is what a reader knows, where an active run whose worker is gone is `interrupted`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Before a trial trains on a cluster: every node that can take one must see the runs and data folders.
 
-A trial writes its run directory where it runs. On a machine that does not share the runs folder
-(the usual small lab) every record and checkpoint would land on that machine, and the sweep would
-report success with nothing to show on this one. So once Ray is joined, `check_cluster` writes a
-marker file into the runs folder and the data folder, then runs one small task pinned to each node
-that has CPUs, which looks for both markers and imports brnn_core, and compares what it imported
-with the driver's own copy. Any node that fails stops the sweep before Ray schedules a trial. A node
-that joins later is caught by the trial itself (`require_shared`): it fails with the same advice.
+A trial writes its run directory where it runs, so on nodes that do not share the runs folder a sweep would
+report success with nothing to show here. Once Ray is joined, `check_cluster` writes a marker into both folders
+and runs one small task on each node with CPUs that looks for both and compares the brnn_core it imports with
+the driver's; any failure stops the sweep before a trial. A node that joins later is caught by the trial itself
+(`require_shared`), with the same advice.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Disk use of a sweep: a 500-trial sweep must not keep 500 copies of the optimizer state.
 
-Every trial keeps best.pt (weights only). last.pt (weights + Adam state, about three times
-bigger) stays only where it is still useful: trials that can be resumed (interrupted, or stopped
-by a person or by Stop sweep, not by the scheduler), trials still training, and the best
-`keep_best` trials by the sweep's metric (so the winners can be continued). What is removed is
-written down in the run: an event, `pruned` in status.json and a line in its status message, so
-the pages say the file is gone instead of offering it. Tune's own checkpoint copies (PBT) go when
-the sweep is over.
+Every trial keeps best.pt (weights only). last.pt (weights + optimizer state) stays only where it is still
+useful: trials that can be resumed, trials still training, and the best `keep_best` by the sweep's metric.
+What is removed is written down in the run (an event, `pruned` in status.json, a line in its message), so the
+pages say the file is gone instead of offering it. Tune's own checkpoint copies (PBT) go when the sweep ends.
 """
 
 from __future__ import annotations

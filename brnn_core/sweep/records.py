@@ -1,17 +1,8 @@
 """The sweep record: `RUNS/sweeps/<sweep_id>/`, a user-facing format like the run directory.
 
-    sweeps/<sweep_id>/
-      sweep.json      name, search space, scheduler and metric, base config, resources, trials (run ids),
-                      state (running|finished|stopped|failed|interrupted), best (run id and metric),
-                      address (local or the cluster's), times, what was pruned; rewritten atomically
-      events.jsonl    what the sweep did: started, stop asked for, resumed, pruned, ended
-      control.jsonl   requests to the sweep's driver (a `stop` line: Stop sweep, Ctrl-C)
-      tune/           Ray Tune's experiment folder (what `sweep --resume` restores)
-      driver.log      the driver's output when the dashboard started it
-      ray             Ray's temp and log folder (a link to it when the real path is too long for Ray's sockets)
-
-Each trial is an ordinary run directory in RUNS/ whose config.json carries `sweep_id` and `sweep`
-(the trial's number, Tune's trial id and the searched values), so every page shows it like any run.
+sweep.json, events.jsonl, control.jsonl, Tune's tune/ folder, driver.log and the `ray` link (what each holds:
+docs/run-directory.md, "Sweep records"). Each trial is an ordinary run directory in RUNS/ whose config.json carries
+`sweep_id` and `sweep` (its number, Tune's trial id, the searched values), so every page shows it like any run.
 A sweep whose driver died without saying so reads as `interrupted`, like a run.
 """
 

@@ -1,20 +1,9 @@
 """The sweep driver: start (or join) Ray, run Ray Tune over trials that are ordinary runs, record the end.
 
-Embedded by default: `ray.init` starts a private Ray on 127.0.0.1 for this sweep, with Ray's own
-dashboard off and token authentication on, and `ray.shutdown()` ends it (Ray's reaper ends its
-processes even if this one is killed). With an address it joins a running cluster.
-
-Ray facts that shape this file (Ray 2.60, measured; README "Sweeps and clusters"):
-- Ray turns a node address of 127.0.0.1 into the machine's network address and then listens on
-  every interface; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes it keep 127.0.0.1 and listen only there.
-  It is read when ray is imported, so the environment is set up before that import. It also makes a
-  client refuse a normal (multi-node) head, so it is set only for the embedded Ray, never to join one:
-  a plain `ray.init(address=...)` joins a head started as Ray's docs start it, whatever address the
-  head registered under.
-- `ray start --head` turns token authentication on; a client with an explicit address only sends
-  the token when RAY_AUTH_MODE=token, which is set here whenever a token is at hand.
-- Ray's unix sockets live under its temp folder and their paths must stay under ~107 bytes, so the
-  temp folder is a short one under the system temp dir, linked from the sweep folder as `ray`.
+Embedded by default: `ray.init` starts a private Ray on 127.0.0.1 for this sweep (dashboard off, token
+authentication on) and `ray.shutdown()` ends it; with an address it joins a running cluster. The Ray behaviours
+this file works around (the address Ray listens on, when the token is sent, the length of its socket paths)
+are in docs/sweeps.md, "What Ray does that the driver relies on"; each is handled where it is set up below.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The search space: `--search KEY=SPEC` parsed and checked against `TrainConfig` before Ray starts.
 
-    choice:a,b,c        one of the values, drawn at random for each trial
-    grid:a,b,c          every value (each combination with the other grids); --trials repeats the grid
-    uniform:lo:hi       a number between lo and hi                    (decimal fields only)
-    loguniform:lo:hi    a number between lo and hi, evenly in log space (decimal fields, lo > 0)
-    randint:lo:hi       a whole number from lo to hi, both included   (whole-number fields only)
-
-Every value a spec can produce is checked the way the Train form checks one: a spec whose values
-could ever be refused by `TrainConfig` is refused here, naming the key and the problem, so a sweep
-never dies on trial 37. Nothing here imports Ray; `to_tune` converts a checked spec when it runs.
+The specs (choice, grid, uniform, loguniform, randint: docs/sweeps.md) are checked the way the Train form checks
+a value: a spec whose values could ever be refused by `TrainConfig` is refused here, naming the key and the
+problem, so a sweep never dies on trial 37. Nothing here imports Ray; `to_tune` converts a checked spec.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The driver's side of a sweep inside Ray Tune: schedulers, a stopper and a callback that talk to runs.
 
-Tune's own way of ending a trial kills its thread in the middle of `tune.report`, which leaves no
-chance to save last.pt or say why. So every decision that ends a trial goes through the run's
-control channel instead, exactly like a click on Stop:
-- ASHA's STOP becomes a `stop` command carrying the scheduler's reason (the metric against the
-  rung's cut-off); Tune is told CONTINUE and the trial ends itself, `stopped`, between two steps;
-- Stop sweep (a `stop` line in the sweep's control.jsonl, also written on Ctrl-C) sends `stop` to
-  every trial, no new trial is started, and Tune is told to end once no trial is still training.
-Everything here holds only paths (Tune pickles it with the experiment for `Tuner.restore`).
+Tune's own way of ending a trial kills its thread inside `tune.report`, with no chance to save last.pt or say
+why. So every decision that ends a trial goes through the run's control channel, like a click on Stop: ASHA's
+STOP becomes a `stop` command with the scheduler's reason while Tune is told CONTINUE; Stop sweep sends `stop`
+to every trial, starts no new one, and tells Tune to end once none is training. Everything here holds only
+paths (Tune pickles it with the experiment for `Tuner.restore`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """One sweep trial: a Ray Tune function trainable that is an ordinary run.
 
-The trial makes (or finds) its run directory, with `sweep_id` and its place in the sweep in
-config.json, and trains it with the worker's own `train_run_dir`: the same training session, so
-the Train page shows it live and Pause/Resume/Stop work on it. After each epoch's files are written
-it reports the metric to Tune. Every status write is the session's: this module writes none.
-
-How Tune's decisions reach the trial:
-- a stop from ASHA arrives as a `stop` command in control.jsonl with the scheduler's reason (see
-  steering.py), so the trial ends `stopped` like a user's stop, last.pt saved, the reason as message;
-- PBT pauses a trial by ending its thread inside `tune.report` (SystemExit). The session then hands
-  the run to the driver (`queued` under its pid) until Tune starts it again, from its own checkpoint
-  or from the donor trial's one (`exploit`): weights and optimizer from the donor, then the new
-  lr/clip set through the session's live-change path and logged as a `set` event with source `pbt`;
-- a trial started again (Tuner.restore after an interrupted sweep) continues from its last.pt.
+The trial makes (or finds) its run directory and trains it with the worker's own `train_run_dir`, so the Train
+page shows it live and Pause/Resume/Stop work on it; after each epoch's files are written it reports to Tune.
+Every status write is the session's: this module writes none. An ASHA stop arrives as a `stop` command; a PBT
+pause ends the thread inside `tune.report`, the run is `queued` until Tune starts it again from its own or the
+donor's checkpoint (the new lr/clip set through the session's live-change path, a `set` event from `pbt`); a
+restored sweep continues each trial from its last.pt.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Keep glibc from handing CPU training memory back to the OS after every step.
 
-A CPU training step of the default model allocates and frees the same few-MB buffers (LSTM
-gates and activations, their gradients) over and over. With glibc's default settings freed
-memory at the top of the heap is returned to the OS (trimmed) and buffers above the adaptive
-mmap threshold are mapped and unmapped each time, so every step touches fresh pages that the
-kernel must zero-fill (thousands of page faults per step of batch 100; how many depends on what
-the process allocated before). `tune_malloc()` fixes the mmap threshold at 32 MB and the trim
-threshold at 1 GB, so the buffers are reused: the page faults disappear and CPU training runs
-faster on the same numbers (a few percent slower in a process that would not have faulted
-anyway). The cost: freed memory stays in the process until it exits, so the peak RSS is a little
-higher. The measurements: docs/decisions/002-allocator-tuning.md.
-
-Called by the training worker for CPU runs and by the benchmark. A no-op outside glibc Linux,
-when BRNN_MALLOC_TUNING=0, or when the user set glibc's own MALLOC_* variables.
+A CPU training step allocates and frees the same few-MB buffers over and over; with glibc's defaults the top of
+the heap is trimmed and buffers above the adaptive mmap threshold are mapped and unmapped, so every step touches
+fresh pages the kernel must zero-fill. `tune_malloc()` fixes both thresholds so the buffers are reused; freed
+memory then stays in the process, a slightly higher peak RSS (docs/decisions/002-allocator-tuning.md). Called
+for CPU runs; a no-op outside glibc Linux, with BRNN_MALLOC_TUNING=0, or when glibc's MALLOC_* are set.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Training and evaluation loops. Every train/eval switch goes through `model.mode()`.
 
-The blog script called `model.eval()` to validate and never switched back, so epoch 2
-ran backward in eval mode, which cuDNN's LSTM refuses ("cudnn RNN backward can only be
-called in training mode"). Here `train_one_epoch` always enters training mode and
-`evaluate` always enters eval mode and restores the previous mode on exit, whatever order
-they are called in.
-
-The loss is accumulated on the device and read back (a GPU sync) only every
-`log_interval` steps; a non-finite value read there stops the epoch as diverged, and so does a
-finite explosion (`ExplosionWatch`): a loss far worse than guessing, log after log.
+The blog script validated in eval mode and never switched back, so its epoch 2 ran backward in eval mode, which
+cuDNN's LSTM refuses. Here `train_one_epoch` always enters training mode and `evaluate` always enters eval mode
+and restores the previous one, whatever the order. The loss is read back (a GPU sync) only every `log_interval`
+steps; a non-finite value there stops the epoch as diverged, and so does a loss far worse than guessing, log
+after log (`ExplosionWatch`).
 """
 
 from __future__ import annotations

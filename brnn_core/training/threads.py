@@ -1,17 +1,10 @@
-"""CPU threads for training: how many each process uses (measured: docs/decisions/007-cpu-threads.md).
+"""CPU threads for training: how many each process uses (docs/decisions/007-cpu-threads.md).
 
-- **How many threads.** Every core by default, as torch (and the blog script) would use, minus the
-  cores other brnn_core training processes on this machine hold and the cores other programs keep
-  busy: each training process leaves a claim (a small file under the temp folder) and re-plans every
-  few seconds, so two runs started one after the other share the cores instead of oversubscribing
-  them. An explicit `cpu_threads` or OMP_NUM_THREADS is always kept. torch's inter-op pool is left
-  alone: the LSTM never uses it.
-- **How OpenMP threads wait** is left at libgomp's default (spin, then sleep). Capping the spin
-  (GOMP_SPINCOUNT 1,000 / 10,000 / 30,000) or OMP_WAIT_POLICY=PASSIVE was measured slower both on an
-  idle machine and next to a bursty program like the dashboard; what two threads cannot survive is a
-  core taken for good, and the fair share above gives that core back.
-
-`plan_threads` is the policy as a pure function (tested); `CpuClaims` is the bookkeeping around it.
+Every core by default, minus the cores other brnn_core training processes hold and the cores other programs keep
+busy: each process leaves a claim (a small file under the temp folder) and re-plans every few seconds, so runs
+started one after another share the cores. An explicit `cpu_threads` or OMP_NUM_THREADS is always kept; torch's
+inter-op pool and libgomp's wait policy are left alone (the record says why). `plan_threads` is the policy as a
+pure function; `CpuClaims` is the bookkeeping around it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Starting training from a checkpoint, every way it happens, in one place.
 
-`choose_start` picks how a run starts and is the only place that does: a fresh model; `init_from`
-(fine-tuning: weights only, step 0); a branch's first start (its parent's checkpoint, `parent.pt`);
-a resume from the run's own last.pt; or a scheduler's exploit (PBT: another trial's checkpoint,
-passed as `resume_from`). All of them go through `start_from_checkpoint`. The trap it exists for: loading an
-optimizer state brings back the hyperparameters saved with it (weight decay, momentum, lr), so the values
-the optimizer was built with are put back *after* the state is loaded; the lr is the training session's
-to set (from the live values `choose_start` returns), so nothing here assigns it.
+`choose_start` picks how a run starts and is the only place that does: a fresh model, `init_from` (weights only,
+step 0), a branch's first start (`parent.pt`), a resume from last.pt, or a PBT exploit (`resume_from`). All go
+through `start_from_checkpoint`. Loading an optimizer state brings back the hyperparameters saved with it, so the
+values the optimizer was built with are put back after it; the lr is the training session's to set (from the
+live values `choose_start` returns), so nothing here assigns it.
 """
 
 from __future__ import annotations
