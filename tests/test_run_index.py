@@ -169,7 +169,7 @@ def test_a_new_server_starts_from_the_store_and_reads_only_what_changed(runs_dir
 
 
 def test_an_unusable_store_is_ignored(runs_dir, later):
-    from brnn_core.runs.index_store import STORE_NAME
+    from brnn_core.runs.index_store import STORE_NAME, STORE_VERSION
 
     three_runs(runs_dir)
     store = runs_dir / STORE_NAME
@@ -180,7 +180,7 @@ def test_an_unusable_store_is_ignored(runs_dir, later):
     import json
 
     saved = json.loads(store.read_text())  # the last index wrote a good one again
-    assert saved["version"] == 1 and len(saved["entries"]) == 3
+    assert saved["version"] == STORE_VERSION and len(saved["entries"]) == 3
     saved["runs_dir"] = str(runs_dir / "elsewhere")  # a store of another folder is not used
     store.write_text(json.dumps(saved))
     other = RunIndex(runs_dir, store=store)
