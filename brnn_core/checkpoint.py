@@ -11,17 +11,23 @@ from __future__ import annotations
 import io
 import pickle
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from brnn_core.config import TrainConfig
 from brnn_core.fileio import atomic_write
 from brnn_core.model import BiLSTM, ModelConfig
 
 FORMAT = "brnn-checkpoint"
 FORMAT_VERSION = 1
+# What a header may ask for: TrainConfig's own ranges, and the 28-pixel rows every dataset here has. A header
+# past them is damaged or hostile, and a model built from it could take more memory than the machine has.
+HEADER_LIMITS = {"input_size": (28, 28), "num_classes": (1, 1000),
+                 **{key: next(f.metadata["range"] for f in fields(TrainConfig) if f.name == key)
+                    for key in ("hidden_size", "num_layers")}}
 
 
 class CheckpointError(ValueError):
@@ -146,6 +152,10 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
         problem = _header_problem(ckpt)
         if problem:
             raise CheckpointError(f"{name}: a {FORMAT} file with a damaged header ({problem})")
+        try:  # a header that lies about the architecture is refused here, before any model is built from it
+            check_state_matches(expected_state(ckpt.model_config), ckpt.model_state)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{name}: the header's model_config does not fit its tensors: {exc}") from None
         return ckpt
     state = obj.get("state_dict", obj.get("model_state_dict", obj))
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -153,6 +163,7 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
                               "(keys lstm.weight_ih_l0 ... fc.bias)")
     state = {k.removeprefix("module."): v for k, v in state.items()}
     mcfg = infer_model_config(state, name)
+    check_state_matches(expected_state(mcfg), state)  # e.g. a later layer of another width
     return Checkpoint(model_config=mcfg, model_state=state, classes=[str(i) for i in range(mcfg.num_classes)],
                       bare=True)
 
@@ -164,6 +175,10 @@ def _header_problem(ckpt: Checkpoint) -> str | None:
         value = getattr(cfg, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             return f"model_config.{key} is {value!r}, expected a whole number of at least 1"
+        low, high = HEADER_LIMITS[key]
+        if not low <= value <= high:
+            return f"model_config.{key} is {value}, expected {low} to {high}" + (
+                "; this dashboard feeds rows of 28 pixels" if key == "input_size" else "")
     if not isinstance(cfg.dropout, int | float) or not 0.0 <= cfg.dropout < 1.0:
         return f"model_config.dropout is {cfg.dropout!r}, expected a number from 0 to below 1"
     if cfg.head not in ("bidir", "last"):
@@ -173,6 +188,12 @@ def _header_problem(ckpt: Checkpoint) -> str | None:
     if len(ckpt.classes) != cfg.num_classes:
         return f"{len(ckpt.classes)} class names for a model with {cfg.num_classes} outputs"
     return None
+
+
+def expected_state(cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """The tensors a model of `cfg` has, on the meta device: their shapes, without allocating their memory."""
+    with torch.device("meta"):
+        return BiLSTM(cfg).state_dict()
 
 
 def infer_model_config(state: dict[str, torch.Tensor], name: str = "state_dict") -> ModelConfig:

@@ -9,6 +9,7 @@ its training. A drawn digit is also straightened (`straighten`) most of the way 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,9 @@ from brnn_core.data.datasets import MNIST_CLASSES
 
 BLANK_INK = 0.05  # a canvas whose brightest pixel is under 5% of full white is blank
 MIN_INK_PIXELS = 4
+# The largest image read, checked before its pixels are decoded or turned into floats (several bytes a pixel
+# each): a small PNG of one colour can claim a size whose float copies need gigabytes.
+MAX_IMAGE_PIXELS = 4096 * 4096
 # Deslanting (docs/decisions/010-canvas-slant-step.md): a drawing's slant is moved DESLANT of the way to
 # MNIST_SLANT, the mean slant of mnist-sample's training digits (x per y in image rows: negative = the top
 # leans right). All the way (1.0) straightens the digits whose letterform slants (a 7's stem) too far;
@@ -151,6 +155,7 @@ def prepare(image: np.ndarray | torch.Tensor, *, deslant: float = 0.0) -> torch.
     """A canvas RGBA array or an MNIST-style 28x28 array -> (28, 28) float in [0, 1]. Only a canvas is
     deslanted (`preprocess`): a 28x28 array is taken as MNIST made it."""
     arr = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
+    check_pixels(arr.shape[1::-1] if arr.ndim >= 2 else arr.shape, "the image")
     if arr.shape == (28, 28):
         was_uint8 = arr.dtype == np.uint8
         arr = np.nan_to_num(arr.astype(np.float32))  # NaN would make every probability NaN
@@ -162,9 +167,22 @@ def prepare(image: np.ndarray | torch.Tensor, *, deslant: float = 0.0) -> torch.
 def load_image(path: Path | str) -> np.ndarray:
     """An image file as an RGBA array (for `predict IMAGE`)."""
     try:
-        with Image.open(path) as img:
+        with warnings.catch_warnings():  # Pillow's bomb warning is for sizes far past MAX_IMAGE_PIXELS, refused next
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(path)  # reads the header only: the size is known before any pixel is decoded
+        with img:
+            check_pixels(img.size, str(path))
             return np.asarray(img.convert("RGBA"))
     except FileNotFoundError:
         raise ValueError(f"{path}: no such image file") from None
     except (OSError, Image.DecompressionBombError) as exc:
         raise ValueError(f"{path}: not a readable image ({exc})") from None
+
+
+def check_pixels(size: tuple[int, ...], name: str) -> None:
+    """Raise ValueError when an image of `size` (width, height) is over MAX_IMAGE_PIXELS."""
+    pixels = int(np.prod(size, dtype=np.int64)) if len(size) else 0
+    if pixels > MAX_IMAGE_PIXELS:
+        shown = " x ".join(str(int(d)) for d in size)
+        raise ValueError(f"{name}: {shown} pixels is too large to classify (at most {MAX_IMAGE_PIXELS:,} pixels, "
+                         f"e.g. 4096 x 4096); crop it to the digit or scale it down")

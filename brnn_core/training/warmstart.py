@@ -100,6 +100,17 @@ def choose_start(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: 
 
 def load_initial_weights(model: torch.nn.Module, cfg: TrainConfig, classes: list[str]) -> str | None:
     """Copy `cfg.init_from`'s weights into `model`; a line for the event log, or None when not set."""
+    ckpt = initial_checkpoint(cfg, classes)
+    if ckpt is None:
+        return None
+    check_state_matches(model.state_dict(), ckpt.model_state)
+    model.load_state_dict(ckpt.model_state)
+    return f"weights from {Path(cfg.init_from).expanduser()} (trained {ckpt.epoch} epochs, {ckpt.step} steps)"
+
+
+def initial_checkpoint(cfg: TrainConfig, classes: list[str]) -> Checkpoint | None:
+    """`cfg.init_from` loaded and checked against the run's architecture and `classes` (None when not set);
+    the CLI calls it before creating a run, so a wrong file is refused before anything is written."""
     if not cfg.init_from:
         return None
     path = Path(cfg.init_from).expanduser()
@@ -116,9 +127,7 @@ def load_initial_weights(model: torch.nn.Module, cfg: TrainConfig, classes: list
     if mc.num_classes != len(classes) or (not ckpt.bare and list(ckpt.classes) != list(classes)):
         raise CheckpointError(f"init_from {path} predicts {', '.join(ckpt.classes)}, but {cfg.dataset} has "
                               f"{', '.join(classes)}: start from a checkpoint trained on {cfg.dataset}")
-    check_state_matches(model.state_dict(), ckpt.model_state)
-    model.load_state_dict(ckpt.model_state)
-    return f"weights from {path} (trained {ckpt.epoch} epochs, {ckpt.step} steps)"
+    return ckpt
 
 
 def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, source: Path | None = None, *,
