@@ -30,12 +30,9 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the folder brnn_core/ sits in:
 class Child:
     """One benchmark side in its own fresh Python process, driven one request at a time over a pipe.
 
-    Every side of a training or evaluation comparison runs in a child of its own, so that each
-    gets a fresh process as a real run does: the blog script in a plain one, brnn_core's engine
-    with glibc's allocator tuned as the training worker tunes it (brnn_core.training.allocator), and
-    process history (heap state, caches) favours neither side. The parent sends one request at a
-    time and waits for the answer, so the sides run strictly one after the other (A B A B ...),
-    never at the same time.
+    Each side gets a fresh process as a real run does (the blog script a plain one, the engine glibc's allocator
+    tuned as the worker tunes it), so process history favours neither; one request at a time, so the sides run
+    strictly one after the other (A B A B ...), never at the same time.
 
     kind: "engine" or "blog" (training steps), "engine-eval" or "blog-eval" (a whole test set).
     spec: EngineTrainer settings (hidden_size, batch_size, log_interval), the training `dataset` (default
