@@ -120,17 +120,17 @@ class TrainConfig:
                 "or test), so drawn digits are recognised: off, light, medium, strong, or auto = "
                 + ", ".join(f"{v} for {k}" for k, v in AUGMENT_AUTO.items()) + ". Can be changed while training."})
     drawn_share: float = field(default=0.3, metadata={
-        "help": "Share of the training digits shown to the model as the Predict page's canvas would give them "
-                "(redrawn with a round brush at a random size and slant, then preprocessed like a drawing), so "
-                "drawings are read better; digit datasets only (mnist, mnist-sample); 0 = off. Drawn once per "
-                "dataset and cached (<data folder>/cache).", "range": (0.0, 1.0)})
+        "help": "Share of the training digits replaced by pen-stroke copies: each redrawn with a round brush at a "
+                "random size and slant, then preprocessed as the Predict page's canvas is, so what you draw there "
+                "is read better; digit datasets only (mnist, mnist-sample); 0 = off. Not your own drawings (that "
+                "is my_drawings). Made once per dataset and cached (<data folder>/cache).", "range": (0.0, 1.0)})
     cpu_threads: int = field(default=0, metadata={
         "help": "CPU threads for training; 0 = every core, shared evenly with other training runs on this machine "
                 "and with cores other programs keep busy (re-planned every few seconds while they come and go: "
                 "docs/decisions/007-cpu-threads.md).",
         "range": (0, 1024)})
     my_drawings: float = field(default=0.0, metadata={
-        "help": "Share of the training images that are your own drawings (saved on the Predict page, in "
+        "help": "Share of the training images that are your own saved drawings (the Predict page's Teach it, in "
                 "<data folder>/my-drawings), each repeated to reach it; 0 = off. The held-out drawings are never "
                 "trained on: the report shows accuracy on them before and after.", "range": (0.0, 0.5)})
     init_from: str = field(default="", metadata={

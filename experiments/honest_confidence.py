@@ -62,11 +62,11 @@ def study(run: Run, test_sets: dict, non_digits: dict, data_dir: Path | None) ->
     model = ckpt.build_model("cpu")
     data = cal.fit_data(run.config(), data_dir or Path(run.config().get("data_dir") or "data"))
     calibration, summary = cal.calibrate(model, data.val_x, data.val_y, num_classes=len(ckpt.classes),
-                                         train_x=data.train_x, train_y=data.train_y, familiar_x=data.drawn_val_x)
+                                         train_x=data.train_x, train_y=data.train_y, familiar_x=data.stroke_val_x)
     t, distance = calibration.temperature, calibration.distance
     out = {"T": t, "ece": {"validation": (summary["validation"]["ece_before"], summary["validation"]["ece_after"]),
                            "validation NLL": (summary["validation"]["nll_before"], summary["validation"]["nll_after"])}}
-    reference = [cal.features_and_logits(model, x, distance.features) for x in (data.val_x, data.drawn_val_x)]
+    reference = [cal.features_and_logits(model, x, distance.features) for x in (data.val_x, data.stroke_val_x)]
     parts = [scores(lg, f, t, distance) for f, lg in reference]
     ref_scores = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     out["thresholds"] = {k: {q: float(torch.quantile(v.double(), q)) for q in QUANTILES} for k, v in ref_scores.items()}

@@ -1,5 +1,5 @@
-"""A fresh server's first contact: a message while PyTorch loads, and the default dataset's training digits
-drawn as canvas strokes in the background (brnn_core.data.predraw), with their progress on the Train page.
+"""A fresh server's first contact: a message while PyTorch loads, and the default dataset's pen-stroke copies
+of training digits made in the background (brnn_core.data.predraw), with their progress on the Train page.
 
 Only streamlit is imported at module level: this runs before the first page can draw anything.
 """
@@ -38,7 +38,7 @@ class Predraw:
 
 @st.cache_resource(show_spinner=False)
 def predraw(data_dir: str) -> Predraw | None:
-    """Once per server: start drawing the default dataset's training digits (None when there is nothing to draw)."""
+    """Once per server: start making the default dataset's pen-stroke copies (None when there is nothing to make)."""
     from brnn_core.config import TrainConfig
     from brnn_core.data.as_drawn import cache_dir
     from brnn_core.data.datasets import default_dataset
@@ -61,7 +61,7 @@ def predraw(data_dir: str) -> Predraw | None:
 
 
 def start_predraw() -> None:
-    """Call on every page run: the first one starts the background drawing."""
+    """Call on every page run: the first one starts the background pen-stroke copies."""
     from brnn_core.data.datasets import default_data_dir
 
     job = predraw(str(default_data_dir()))
@@ -70,7 +70,7 @@ def start_predraw() -> None:
 
 
 def predraw_progress(data_dir: Path) -> None:
-    """While the background drawing runs: its progress, updated every second (a fragment); then nothing."""
+    """While the background pen-stroke copies are made: their progress, updated every second (a fragment); then nothing."""
     from brnn_core.data.predraw import last_progress
 
     job = predraw(str(data_dir))

@@ -1,8 +1,8 @@
-"""A dataset's training digits drawn as canvas strokes ahead of its first run (as_drawn's cache), with progress.
+"""A dataset's pen-stroke copies of training digits made ahead of its first run (as_drawn's cache), with progress.
 
 `python -m brnn_core.data.predraw DATASET [--data-dir D]` prints one progress line at a time; the dashboard
-starts it when its server starts (ui/warmup.py), so the first run on the default dataset reads the drawings instead
-of making them, and the sweep CLI calls `predraw` before its trials. A dataset already done leaves a marker
+starts it when its server starts (ui/warmup.py), so the first run on the default dataset reads the pen-stroke copies
+instead of making them, and the sweep CLI calls `predraw` before its trials. A dataset already done leaves a marker
 file, so a later server does not even load it.
 """
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="the data folder (default: $BRNN_DATA_DIR or ./data)")
     parser.add_argument("--share", type=float, default=TrainConfig().drawn_share,
-                        help="the share of training digits drawn (the Train form's default)")
+                        help="the share of training digits given pen-stroke copies (the Train form's default)")
     args = parser.parse_args(argv)
     predraw(args.dataset, args.data_dir or default_data_dir(), args.share, progress=lambda m: print(m, flush=True))
     return 0

@@ -4,7 +4,7 @@
   of softmax(logits / T); the argmax never changes. Calibration error: ECE over 15 equal-width bins.
 - Distance to the training data: the Mahalanobis distance (Lee et al. 2018) of the BiLSTM's final states and
   the mean and max of its last layer's outputs over the rows to the nearest training class mean under one
-  shared covariance. Farther than a quantile of the validation digits' distances (drawn ones in): unfamiliar.
+  shared covariance. Farther than a quantile of the validation digits' distances (pen-stroke copies in): unfamiliar.
 Both are stored in the checkpoint under "calibration"; why this measure: docs/decisions/090-honest-confidence.md.
 """
 
@@ -27,7 +27,7 @@ SHRINKAGE = 0.01  # share of the mean variance added to the covariance's diagona
 THRESHOLD_QUANTILE = 0.95  # of the in-distribution validation distances (the decision record says why)
 POOLED_MAX_HIDDEN = 256  # above it only the final states are used: the stored precision grows as (6 H)^2
 MAX_FIT_IMAGES = 10_000  # training images the class means are fitted on; more changes the means by little
-DRAWN_REFERENCE = 300  # validation digits drawn as canvas strokes when the run's own drawings hold none
+STROKE_REFERENCE = 300  # validation digits given pen-stroke copies when the run trained on none
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def calibrate(model: nn.Module, val_x: torch.Tensor, val_y: torch.Tensor, *, num
     """Fit T on the validation split, and the distance on the training split (when given).
 
     The distance's threshold is the THRESHOLD_QUANTILE of the validation images' distances together with
-    `familiar_x` (e.g. validation digits drawn on the canvas: in-distribution inputs as users make them).
+    `familiar_x` (e.g. pen-stroke copies of validation digits: in-distribution inputs as users make them).
     Returns the Calibration and a summary for the report (T, validation NLL and ECE before -> after)."""
     kind = features_for(model.lstm.hidden_size)
     val_features, val_logits = features_and_logits(model, val_x, kind)
@@ -212,21 +212,21 @@ def calibrate(model: nn.Module, val_x: torch.Tensor, val_y: torch.Tensor, *, num
 
 @dataclass
 class FitData:
-    """A run's splits as its model saw them: the training split (drawn digits in), validation, and validation
-    digits as the canvas draws them (None for a dataset that is not digits)."""
+    """A run's splits as its model saw them: the training split (pen-stroke copies in), validation, and
+    pen-stroke copies of validation digits (None for a dataset that is not digits)."""
 
     train_x: torch.Tensor
     train_y: torch.Tensor
     val_x: torch.Tensor
     val_y: torch.Tensor
-    drawn_val_x: torch.Tensor | None
+    stroke_val_x: torch.Tensor | None
 
 
 def fit_data(config: dict, data_dir: Path) -> FitData:
     """Rebuild a run's training and validation splits from its config.json, as the worker's `load_splits` does.
 
-    The drawn digits come from the cache the run itself filled (`as_drawn`); only a digit run trained without
-    drawn digits has DRAWN_REFERENCE of its validation digits drawn here (a few seconds)."""
+    The pen-stroke copies come from the cache the run itself filled (`as_drawn`); only a digit run trained without
+    them has STROKE_REFERENCE of its validation digits drawn here (a few seconds)."""
     from brnn_core.config import resolve_drawn_share
     from brnn_core.data import as_drawn
     from brnn_core.data.batching import split_train_val
@@ -237,15 +237,15 @@ def fit_data(config: dict, data_dir: Path) -> FitData:
     ds = load_dataset(dataset, data_dir, download=False)
     train_idx, val_idx = split_train_val(len(ds.train_y), float(train.get("val_fraction", 0.1)),
                                          int(train.get("seed", 0)))
-    train_x, drawn_val = ds.train_x, None
+    train_x, stroke_val = ds.train_x, None
     share = resolve_drawn_share(float(train.get("drawn_share", 0.0)), dataset)  # a run from before it: none
     if share > 0:
-        drawn_idx, drawn = as_drawn.drawn_copies(ds.train_x, share, data_dir)
+        stroke_idx, stroke_copies = as_drawn.drawn_copies(ds.train_x, share, data_dir)
         train_x = ds.train_x.clone()
-        train_x[drawn_idx] = drawn
+        train_x[stroke_idx] = stroke_copies
         in_val = torch.zeros(len(ds.train_y), dtype=torch.bool)
         in_val[val_idx] = True
-        drawn_val = drawn[in_val[drawn_idx]]
-    if (drawn_val is None or not len(drawn_val)) and resolve_drawn_share(1.0, dataset) > 0:
-        drawn_val = torch.from_numpy(as_drawn.draw(ds.train_x[val_idx[:DRAWN_REFERENCE]].numpy()))
-    return FitData(train_x[train_idx], ds.train_y[train_idx], ds.train_x[val_idx], ds.train_y[val_idx], drawn_val)
+        stroke_val = stroke_copies[in_val[stroke_idx]]
+    if (stroke_val is None or not len(stroke_val)) and resolve_drawn_share(1.0, dataset) > 0:
+        stroke_val = torch.from_numpy(as_drawn.draw(ds.train_x[val_idx[:STROKE_REFERENCE]].numpy()))
+    return FitData(train_x[train_idx], ds.train_y[train_idx], ds.train_x[val_idx], ds.train_y[val_idx], stroke_val)

@@ -86,7 +86,7 @@ def cmd_sweep(args) -> int:
     plan = plan_sweep(request, runs_dir, data_dir)
     for dataset in plan.datasets():  # a missing download fails here, before Ray starts (and once, not per trial)
         ensure_dataset(dataset, data_dir)
-        # drawn once here rather than by every trial at once; trials on this machine read the cache
+        # pen-stroke copies made once here rather than by every trial at once; trials on this machine read the cache
         predraw(dataset, data_dir, plan.base["drawn_share"], progress=printer)
     return run_sweep(plan, request, runs_dir, data_dir, printer)
 

@@ -70,7 +70,7 @@ def calibrate_checkpoint(run: Run, path: Path, test: EvalResult, truth: torch.Te
         data = calibration.fit_data(run.config(), Path(folder or "data"))
         fitted, summary = calibration.calibrate(model, data.val_x, data.val_y, num_classes=test.probabilities.shape[1],
                                                 train_x=data.train_x, train_y=data.train_y,
-                                                familiar_x=data.drawn_val_x)
+                                                familiar_x=data.stroke_val_x)
         store_calibration(path, fitted.to_dict())
     except (CheckpointError, DatasetError, OSError, KeyError, TypeError, ValueError) as exc:
         return {"calibrated": False, "reason": f"{type(exc).__name__}: {exc}"[:300]}

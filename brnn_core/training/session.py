@@ -372,17 +372,17 @@ class TrainingSession:
                         num_classes=len(splits.classes))
         run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
                        elapsed_s=self.elapsed_s())
-        drawn, drawn_line = mix.finish(model, drawings) if mix is not None else (None, "")
-        extra = {"my_drawings": drawn} if drawn else {}
+        my_scores, summary = mix.finish(model, drawings) if mix is not None else (None, "")
+        extra = {"my_drawings": my_scores} if my_scores else {}
         if start_val_acc is not None:
             end_val = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size).accuracy
             extra["validation"] = {"before": start_val_acc, "after": end_val}
-            drawn_line += ("; " if drawn_line else "") + \
+            summary += ("; " if summary else "") + \
                 f"validation accuracy: {100 * start_val_acc:.1f}% -> {100 * end_val:.1f}%"
         write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset, extra=extra or None,
                      images=splits.test_x)
         message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(splits.test_y)} images)" \
-            + (f"; {drawn_line}" if drawn_line else "")
+            + (f"; {summary}" if summary else "")
         run.log_event("finished", message, step=result.step)
         self._write(state=State.FINISHED, message=message, ended=time.time(), step=result.step,
                     test_acc=test.accuracy, test_loss=test.loss)

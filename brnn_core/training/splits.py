@@ -58,16 +58,16 @@ def device_name(device: torch.device) -> str:
 def load_splits(cfg: TrainConfig, data_dir: Path, device: torch.device, progress: Callable[[str], None]) -> Splits:
     """Load the dataset, hold out the validation split, and move the pieces to the device.
 
-    The training split has `drawn_share` of its digits as the canvas draws them (`as_drawn`); validation
+    The training split has `drawn_share` of its digits as pen-stroke copies (`as_drawn`); validation
     and test keep the dataset's own images, so their accuracy means what it always meant."""
     ds = load_dataset(cfg.dataset, data_dir, progress=progress)
     train_idx, val_idx = split_train_val(len(ds.train_y), cfg.val_fraction, cfg.seed)
     train_x = ds.train_x
     share = resolve_drawn_share(cfg.drawn_share, cfg.dataset)
     if share > 0:
-        drawn_idx, drawn = drawn_copies(ds.train_x, share, data_dir, progress=progress)
+        stroke_idx, stroke_copies = drawn_copies(ds.train_x, share, data_dir, progress=progress)
         train_x = ds.train_x.clone()
-        train_x[drawn_idx] = drawn
+        train_x[stroke_idx] = stroke_copies
     # Split on the host and move only the pieces; the full training tensors are dropped with `ds`.
     tensors = (train_x[train_idx], ds.train_y[train_idx], ds.train_x[val_idx], ds.train_y[val_idx],
                ds.test_x, ds.test_y)
