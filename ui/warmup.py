@@ -70,7 +70,7 @@ def start_predraw() -> None:
 
 
 def predraw_progress(data_dir: Path) -> None:
-    """While the background pen-stroke copies are made: their progress, updated every second (a fragment); then nothing."""
+    """While the pen-stroke copies are made: their progress, updated every second (a fragment); then nothing."""
     from brnn_core.data.predraw import last_progress
 
     job = predraw(str(data_dir))
