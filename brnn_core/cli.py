@@ -25,6 +25,7 @@ from brnn_core.data.datasets import DATASETS, DatasetError, default_data_dir
 from brnn_core.data.loading import ensure_dataset, load_dataset
 from brnn_core.devices import amp_problem, device_problem, resolve_device
 from brnn_core.inference.predictor import Predictor
+from brnn_core.runs import worker_lock
 from brnn_core.runs.branch import create_planned, parse_from, plan_branch
 from brnn_core.runs.index import update_store
 from brnn_core.runs.progress import ProgressPrinter
@@ -156,6 +157,8 @@ def cmd_train(args) -> int:
         state = status.get("state")
         if state in ACTIVE_STATES:
             raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
+        if worker_lock.held(run.path):  # a live worker, whatever its (lost or rewritten) status.json says
+            raise BadInput(f"run {run.id} is being trained by another live process; stop it before resuming")
         finished_problem = resume_finished_problem(run, status, live)
         if finished_problem:
             raise BadInput(finished_problem)
@@ -175,7 +178,10 @@ def cmd_train(args) -> int:
         ensure_dataset(cfg.dataset, data_dir)  # offline and missing: exit 2 before any run is created
         run, resume = create_run(runs_dir, new_run_config(cfg, data_dir)), False
     print(f"run directory: {run.path}", flush=True)
-    state = train_run_dir(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
+    try:
+        state = train_run_dir(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
+    except worker_lock.RunBusy as exc:  # a worker started between the check above and here
+        raise BadInput(str(exc)) from None
     status = run.status()
     if status.get("state") != state:  # the worker could not record how it ended: its files are not writable
         print(f"\nerror: the run ended {state}, but its status could not be saved in {run.path}: make the runs "

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from brnn_core.config import TrainConfig
-from brnn_core.runs import lifecycle
+from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.branch import create_branch
 from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config
 from brnn_core.states import ACTIVE_STATES
@@ -138,6 +138,9 @@ class JobRegistry:
         return Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting a branch", spawn))
 
     def resume(self, run: Run, *, data_dir: Path | None = None) -> None:
+        if worker_lock.held(run.path):  # before anything is written: its live worker's status stays as it is
+            raise RunError(f"run {run.id} is being trained by another live process; stop it before resuming")
+
         def spawn():
             lifecycle.queued_for_resume(run)
             return run.id, spawn_worker(run, data_dir=data_dir, resume=True)

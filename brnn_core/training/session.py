@@ -38,6 +38,7 @@ from brnn_core.data.augment import Augmenter
 from brnn_core.data.datasets import DatasetError
 from brnn_core.fileio import atomic_write_json
 from brnn_core.model import BiLSTM
+from brnn_core.runs import worker_lock
 from brnn_core.runs.protocol import ACKS, PAUSE, REFUSED, RESUME, SET, STOP, Command, change_message
 from brnn_core.runs.rundir import Run
 from brnn_core.schedule import lr_at
@@ -131,6 +132,11 @@ class TrainingSession:
         self.elapsed0 = status.elapsed_s  # time of earlier workers of this run
         self.last_write = -math.inf
         self.last_message: str | None = None
+        # Who trains the run and in which state, kept here and put in every write: a status.json that was lost
+        # or overwritten meanwhile reads right again at the next heartbeat (the worker lock keeps others out).
+        self.identity = {"pid": os.getpid(), "pid_started": psutil.Process(os.getpid()).create_time(),
+                         "host": socket.gethostname(), "started": status.get("started") or time.time()}
+        self.state = status.state if status.state in (State.LOADING, State.RUNNING) else State.LOADING
         self.progress: dict = {}  # the latest logged loss and speed: every write carries them
         self._apply_lr(self.step)
 
@@ -158,8 +164,10 @@ class TrainingSession:
     def _write(self, **fields) -> None:
         self.last_write = time.monotonic()
         self.last_message = fields.get("message", self.last_message)
+        self.state = fields.get("state", self.state)
         self.run.write_status(**{**self.status_extra(), **self.progress, "heartbeat": time.time(),
-                                 "control_offset": self.control.offset, **fields})
+                                 "control_offset": self.control.offset, **self.identity, "state": self.state,
+                                 **({"message": self.last_message} if self.last_message else {}), **fields})
 
     def heartbeat(self, force: bool = False, **fields) -> None:
         """Progress and a fresh heartbeat, at most once per HEARTBEAT_S unless forced (a state change)."""
@@ -460,7 +468,10 @@ def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Pr
     `resume_from` continues from another checkpoint than the run's own last.pt (a PBT trial taking a
     better trial's weights); `before_start(session)` runs once restored, before the first step (where PBT
     applies its new lr: the restored optimizer state brought back the old one); `status_fields` go into
-    the first status write (a trial's `ray_node`)."""
+    the first status write (a trial's `ray_node`). Raises RunBusy, having written nothing, while another
+    process trains the run (its worker lock)."""
+    lock = contextlib.ExitStack()
+    lock.enter_context(worker_lock.hold(run.path))
     me = psutil.Process(os.getpid())
     threads_before = torch.get_num_threads()  # the run plans its own (threads.py); the caller's are given back
     run.write_status(state=State.LOADING, message="starting", pid=os.getpid(), pid_started=me.create_time(),
@@ -492,6 +503,7 @@ def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Pr
         return _fail(run, f"{type(exc).__name__}: {exc}")
     finally:
         release_claim()  # this process's share of the CPU (threads.py), if it took one
+        lock.close()
         torch.set_num_threads(threads_before)
 
 

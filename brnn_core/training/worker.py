@@ -16,6 +16,7 @@ from brnn_core.data.datasets import default_data_dir
 from brnn_core.runs.index import update_store
 from brnn_core.runs.progress import ProgressPrinter
 from brnn_core.runs.rundir import Run
+from brnn_core.runs.worker_lock import RunBusy
 from brnn_core.states import State
 from brnn_core.training.session import train_run_dir
 from brnn_core.training.splits import load_splits
@@ -34,8 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.run_dir} holds no run (config.json is missing)", file=sys.stderr)
         return 2
     print(f"run directory: {run.path}", flush=True)
-    state = train_run_dir(run, data_dir=args.data_dir or default_data_dir(), resume=args.resume,
-                         printer=ProgressPrinter())
+    try:
+        state = train_run_dir(run, data_dir=args.data_dir or default_data_dir(), resume=args.resume,
+                             printer=ProgressPrinter())
+    except RunBusy as exc:  # another worker trains it: leave its files alone
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"\n{run.status().get('message') or state}", flush=True)
     update_store(run.path.parent)  # the dashboard's next start reads none of the runs already in it
     return 0 if state in (State.FINISHED, State.STOPPED) else 1
