@@ -1,4 +1,4 @@
-"""`python -m brnn_core sweep ...`: the options (README "Sweeps and clusters") and their handler."""
+"""`python -m brnn_core sweep ...`: the options (docs/sweeps.md) and their handler."""
 
 from __future__ import annotations
 
