@@ -47,15 +47,16 @@ def load_predictor(path: str, mtime: float) -> Predictor:
 
 
 def checkpoint_labels() -> tuple[dict[str, str], dict[str, str]]:
-    """(path -> short label, path -> full description) for every saved checkpoint, best validation accuracy
-    first (the default). The short label fits the sidebar's picker; the description goes under it.
+    """(path -> short label, path -> full description with the drawings score) for every saved checkpoint, best
+    validation accuracy first (the default). The short label fits the sidebar's picker; the description goes
+    under it.
     Paths are the select box's values, so a choice survives its label changing (a score appearing)."""
     choices = run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]
     scores = my.scores([c.path for c in choices], data_dir, signature)  # stored scores only: nothing evaluated
 
     def label(c) -> str:
         acc = f" · {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
-        return f"{picker_id(c.run_id)} · {c.kind}{acc}{my.score_label(scores[c.path], short=True)}"
+        return f"{picker_id(c.run_id)} · {c.kind}{acc}"  # the drawings score: in the description under it
 
     def description(c) -> str:
         acc = f" · val acc {100 * c.val_acc:.1f}%" if c.val_acc is not None else ""
@@ -96,8 +97,8 @@ def run_checkpoint_picker(side, choices: dict[str, str], described: dict[str, st
     path = side.selectbox("Run checkpoint", options, key="ckpt_choice", disabled=disabled,
                           format_func=lambda p: choices.get(p) or f"{Path(p).parent.parent.name} · {Path(p).stem}",
                           on_change=lambda: pick_checkpoint(st.session_state["ckpt_choice"]),
-                          help=f"With {MIN_FOR_ACCURACY} or more saved drawings, each checkpoint's accuracy on "
-                               "the held-out ones is shown (mine: on your drawings).")
+                          help=f"With {MIN_FOR_ACCURACY} or more saved drawings, the picked checkpoint's accuracy "
+                               "on them is shown under it (on the held-out ones for a checkpoint taught them).")
     side.caption(described.get(path) or path)
     pick_checkpoint(path)
     return path

@@ -123,12 +123,10 @@ def score_memo(data_dir: str) -> ScoreMemo:
     return ScoreMemo(Path(data_dir) / MEMO_NAME)
 
 
-def score_label(score: DrawingScore | None, *, short: bool = False) -> str:
+def score_label(score: DrawingScore | None) -> str:
     """' · my drawings 83% (12)' for a checkpoint picker (' · held-out drawings 100% (2)' for one that trained on
-    the others), or ''. `short`: ' · mine 83%' (' · held-out 100%'), to fit the sidebar's picker."""
+    the others), or ''."""
     if not score:
         return ""
-    if short:
-        return f" · {'held-out' if score.held_out_only else 'mine'} {100 * score.accuracy:.0f}%"
     what = "held-out drawings" if score.held_out_only else "my drawings"
     return f" · {what} {100 * score.accuracy:.0f}% ({score.count})"
