@@ -288,3 +288,43 @@ def test_leaderboard_ranks_from_results_alone():
     acc.add("s-t00", 0.9, 1)
     acc.add("s-t01", 0.95, 1)
     assert acc.ranking() == ["s-t01", "s-t00"]
+
+
+def test_a_trial_whose_worker_starts_after_the_budget_stop_went_out_is_sent_it_too(tmp_path):
+    """Tune launched t01 before the time budget ran out, but its worker says it trains only after the stop went to
+    the trials then training: the callback sends it the same stop at a later step, and nobody gets it twice."""
+    import json
+    import os
+    import socket
+    import time
+
+    import psutil
+
+    from brnn_core.sweep.records import Sweep, create_trial_run, sweeps_dir
+    from brnn_core.sweep.steering import SweepCallback, SweepControl  # imports ray
+
+    sweep = Sweep(sweeps_dir(tmp_path / "runs") / "s1")
+    sweep.path.mkdir(parents=True)
+    first, late = (create_trial_run(sweep.runs_dir, tmp_path, "s1", t, BASE, {}, "fifo", "val_loss")
+                   for t in ("a_00000", "a_00001"))
+    sweep.write(id="s1", trials=[first.id, late.id])
+    me = {"pid": os.getpid(), "pid_started": psutil.Process().create_time(), "host": socket.gethostname()}
+    first.write_status(state="running", **me)
+    late.write_status(state="stopped", message="stopped at step 9, checkpoint saved")  # its earlier worker's end
+    callback = SweepCallback(SweepControl(sweep.path), time_budget_s=12.0, printer=lambda line: None)
+    callback.setup()
+    callback.deadline = time.time() - 1  # the budget ran out
+
+    def stops(run) -> list[dict]:
+        lines = run.control_path.read_text().splitlines() if run.control_path.is_file() else []
+        return [json.loads(line) for line in lines]
+
+    callback.on_step_begin(0, [])
+    assert sweep.stop_source() == "budget"
+    assert [c["source"] for c in stops(first)] == ["budget"] and stops(late) == []
+    late.write_status(state="loading", message="starting", **me)  # train_run_dir's first write
+    callback.on_step_begin(1, [])
+    callback.on_step_begin(2, [])
+    [sent] = stops(late)
+    assert sent["cmd"] == "stop" and "time budget of 0.2 min ran out" in sent["reason"], sent
+    assert len(stops(first)) == 1

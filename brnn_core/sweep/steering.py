@@ -192,7 +192,8 @@ class SweepCallback(Callback):
         self.deadline: float | None = None  # set when Tune starts the experiment (setup)
         self.keep_best = keep_best  # trials keeping last.pt besides the unfinished ones; None keeps every one
         self.printer = printer
-        self.stop_sent = False
+        self.stop_reason: dict | None = None  # the stop every trial is sent (set once the sweep stops)
+        self.told: set[str] = set()  # runs sent it
         self.board: Leaderboard | None = None  # made at the first result (the metric is in sweep.json)
         self.running: set[str] = set()  # trial ids Tune started and has not seen end (control.set_running)
 
@@ -204,28 +205,37 @@ class SweepCallback(Callback):
         if raw.get("resumed"):
             self.time_budget_s = raw.get("resume_budget_s")
         self.deadline = None if self.time_budget_s is None else time.time() + self.time_budget_s
-        self.stop_sent = False
+        self.stop_reason, self.told = None, set()
         self.running.clear()
         self.control.set_running(self.running)
 
     def on_step_begin(self, iteration, trials, **info):
-        if self.stop_sent:
+        if self.stop_reason is not None:
+            # at every step until Tune ends: a trial whose worker was still starting when the stop went out
+            # (Tune had launched it) says it trains only later, and must get the same stop
+            self.tell_to_stop()
             return
         budget = self.deadline is not None and time.time() >= self.deadline
         if budget and not self.control.stop_requested():
             self.control.sweep.request_stop("budget")
         if not self.control.stop_requested():
             return
-        self.stop_sent = True
-        busy = self.control.training()
-        reason = {"source": "budget", "reason": f"the sweep's time budget of {self.time_budget_s / 60:g} min ran out "
-                                                "(last.pt kept: `sweep --resume` continues it)"} if budget else {}
-        for run in busy:
-            run.send_command("stop", **reason)
+        self.stop_reason = {"source": "budget", "reason": f"the sweep's time budget of {self.time_budget_s / 60:g} "
+                                                          "min ran out (last.pt kept: `sweep --resume` continues it)"} \
+            if budget else {}
+        busy = self.tell_to_stop()
         self.control.sweep.log_event("stop", f"{'time budget' if budget else 'stop'}: {len(busy)} training "
                                              "trial(s) told to stop")
         self.printer(f"{'time budget reached, ' if budget else ''}stopping: {len(busy)} trial(s) save last.pt and "
                      "end; no new trial starts")
+
+    def tell_to_stop(self) -> list[Run]:
+        """Send the sweep's stop to every training trial not sent it yet; returns those sent it now."""
+        busy = [run for run in self.control.training() if run.id not in self.told]
+        for run in busy:
+            run.send_command("stop", **self.stop_reason)
+            self.told.add(run.id)
+        return busy
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.running.add(trial.trial_id)

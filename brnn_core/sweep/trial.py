@@ -61,6 +61,10 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
     if status.get("state") in FINAL_STATES or status.get("stopped_by") in SCHEDULER_STOPS:
         report_final(run, setup)  # Tune lost track of an ended trial (restored sweep): nothing to train
         return
+    if run.exists() and Sweep(Path(setup.sweep_dir)).stop_requested():
+        # Tune launched it before the stop and its worker started only now: it stays as it is, unfinished to
+        # Tune. (A stop after this check reaches its session as a command: SweepCallback.tell_to_stop.)
+        raise TrialStopped(f"{run.id} not continued: its sweep is stopping; `sweep --resume` continues it")
     plan = plan_start(run, setup, searched, trial_id, tune.get_checkpoint())
     try:
         state = train_run_dir(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
