@@ -22,7 +22,8 @@ import pandas as pd
 
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
-from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, effective_status
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, effective_status, readable_config
+from brnn_core.runs.status import RunStatus
 from brnn_core.states import ACTIVE_STATES
 
 FILES = ("config.json", "status.json", "metrics.csv")
@@ -186,8 +187,9 @@ def _checkpoints(path: Path) -> tuple[bool, bool]:
 def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
     metrics = path / "metrics.csv"
     lines, _ = read_complete_lines(metrics) if metrics.is_file() else ([], 0)  # /dev/full would never end
-    return Entry(files, dirs, _read_json(path / "config.json"), _read_json(path / "status.json"), val_summary(lines),
-                 _checkpoints(path))
+    status = path / "status.json"  # through the status schema: a damaged one reads as damaged, with its note
+    return Entry(files, dirs, readable_config(_read_json(path / "config.json")),
+                 RunStatus.read(status).to_dict() if status.is_file() else {}, val_summary(lines), _checkpoints(path))
 
 
 class RunIndex:

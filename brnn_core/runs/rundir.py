@@ -42,6 +42,16 @@ METRIC_COLUMNS = ["step", "epoch", "split", "loss", "accuracy", "lr", "samples_p
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+CONFIG_SECTIONS = ("train", "model", "parent", "sizes", "threads", "versions")  # objects in config.json
+
+
+def readable_config(data: object) -> dict:
+    """What a config.json's content gives a reader: {} for anything but an object, and no section that is
+    not an object (`"train": null`)."""
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if k not in CONFIG_SECTIONS or isinstance(v, dict)}
+
 class RunError(ValueError):
     """A run that does not exist or a run id that is not acceptable."""
 
@@ -134,7 +144,9 @@ class Run:
 
     # reading
     def config(self) -> dict:
-        return read_json(self.config_path, {}) or {}
+        """config.json. A damaged one reads as what is left of it: {} for a file that is not a JSON object, and
+        without a section that is not an object (`"train": null`), so one bad run never breaks a listing."""
+        return readable_config(read_json(self.config_path, {}))
 
     def read_status(self) -> RunStatus:
         """status.json, typed (a damaged file reads as a damaged status, never raises)."""
@@ -162,9 +174,11 @@ class Run:
         out = []
         for line in lines:
             try:
-                out.append(json.loads(line))
+                event = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(event, dict):  # a line of another shape is damage, skipped like a torn one
+                out.append(event)
         return out
 
 

@@ -91,7 +91,9 @@ def read_thumbnails(run: Run, count: int) -> np.ndarray | None:
 
 
 def read_report(run: Run) -> dict | None:
-    return read_json(run.path / "report.json")
+    """report.json, None without one; a damaged one (not an object, or without its accuracy) reads as none."""
+    report = read_json(run.path / "report.json")
+    return report if isinstance(report, dict) and "accuracy" in report else None
 
 
 def compute_report(run: Run, data_dir: Path, *, device: str = "cpu") -> dict:
