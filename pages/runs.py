@@ -43,7 +43,7 @@ shown["my_drawings_acc"] = [100 * s.accuracy if s else float("nan") for s in sco
 picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
                       column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "my_drawings_acc",
                                     "duration_s", "step", "epochs", "hidden", "layers", "head", "batch", "lr",
-                                    "optimizer", "device", "parent"],
+                                    "optimizer", "device", "parent", "note"],
                       column_config={
                           "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
                           "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),

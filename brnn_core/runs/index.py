@@ -22,7 +22,7 @@ import pandas as pd
 
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
-from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, effective_status, readable_config
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, config_damage, effective_status, readable_config
 from brnn_core.runs.status import RunStatus
 from brnn_core.states import ACTIVE_STATES
 
@@ -33,7 +33,7 @@ SETTLE_NS = 1_000_000_000  # file times move in clock ticks (ms): a folder chang
 
 
 SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "batch", "lr", "optimizer",
-                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent"]
+                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent", "note"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,7 @@ def summary_row(run_id: str, config: dict, status: dict, metrics: ValSummary, no
         "duration_s": round(float(ended) - float(started), 1) if started and ended else None,
         "device": config.get("device"),
         "parent": (config.get("parent") or {}).get("run_id"),  # a branch's parent run (branch.py)
+        "note": config.get("_damaged") or status.get("damaged"),  # what is wrong with a damaged run's files
     }
 
 
@@ -170,14 +171,16 @@ def _settled(dirs: tuple, files: Signature) -> bool:
 _now_ns = time.time_ns  # the clock _settled reads (tests look at the folder "a while later")
 
 
-def _read_json(path: Path) -> dict:
+def _read_config(path: Path) -> dict:
+    """config.json as a listing reads it: what is left of a damaged one, with `_damaged` saying why."""
     if not path.is_file():  # a device or folder in its place (a test's /dev/full) must not be read
         return {}
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    except (OSError, ValueError) as exc:
+        return {"_damaged": f"config.json cannot be read ({type(exc).__name__})"}
+    damage = config_damage(data)
+    return {**readable_config(data), **({"_damaged": damage} if damage else {})}
 
 
 def _checkpoints(path: Path) -> tuple[bool, bool]:
@@ -188,7 +191,7 @@ def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
     metrics = path / "metrics.csv"
     lines, _ = read_complete_lines(metrics) if metrics.is_file() else ([], 0)  # /dev/full would never end
     status = path / "status.json"  # through the status schema: a damaged one reads as damaged, with its note
-    return Entry(files, dirs, readable_config(_read_json(path / "config.json")),
+    return Entry(files, dirs, _read_config(path / "config.json"),
                  RunStatus.read(status).to_dict() if status.is_file() else {}, val_summary(lines), _checkpoints(path))
 
 

@@ -45,6 +45,14 @@ RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CONFIG_SECTIONS = ("train", "model", "parent", "sizes", "threads", "versions")  # objects in config.json
 
 
+def config_damage(data: object) -> str | None:
+    """Why a config.json's content is damaged (its run's note in listings), None when it is a whole object."""
+    if not isinstance(data, dict):
+        return f"config.json holds a JSON {type(data).__name__}, not an object"
+    bad = [k for k in CONFIG_SECTIONS if k in data and not isinstance(data[k], dict)]
+    return f"config.json's {', '.join(bad)} is not an object" if bad else None
+
+
 def readable_config(data: object) -> dict:
     """What a config.json's content gives a reader: {} for anything but an object, and no section that is
     not an object (`"train": null`)."""
