@@ -6,15 +6,31 @@ Used by the tests/test_browser*.py files; the server and the browser launch are 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 from pathlib import Path
 
+import pytest
 from helpers import REPO
 
 from benchmarks.browser import CHROMIUM, VIEWPORT, Server, launch_chromium, start_server, stop_server
 
-__all__ = ["CHROMIUM", "VIEWPORT", "Server", "browser_page", "launch_chromium", "screenshot", "start_server",
-           "stop_server"]
+__all__ = ["CHROMIUM", "VIEWPORT", "Server", "browser_page", "launch_chromium", "require_browser", "screenshot",
+           "start_server", "stop_server", "unavailable"]
+
+
+def unavailable(reason: str) -> None:
+    """Skip the calling browser test module, or fail it under BRNN_REQUIRE_BROWSER=1 (CI: a missing browser is a
+    failure, not a skip)."""
+    if os.environ.get("BRNN_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"BRNN_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_browser() -> None:
+    """Call at a browser test module's top: `unavailable` without Chromium or the playwright package."""
+    if not CHROMIUM.is_file() or importlib.util.find_spec("playwright") is None:
+        unavailable(f"{CHROMIUM} or the playwright package is missing")
 
 
 @contextlib.contextmanager

@@ -7,10 +7,8 @@ its own server, so the URL under test is the first request that server ever gets
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from browser_server import CHROMIUM, launch_chromium, start_server, stop_server
+from browser_server import launch_chromium, require_browser, start_server, stop_server
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -18,10 +16,7 @@ except ImportError:
     expect = sync_playwright = None
 
 pytestmark = pytest.mark.browser
-if not CHROMIUM.is_file() or sync_playwright is None:
-    if os.environ.get("BRNN_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"BRNN_REQUIRE_BROWSER=1 but {CHROMIUM} or playwright is missing", pytrace=False)
-    pytest.skip(f"{CHROMIUM} or playwright is missing", allow_module_level=True)
+require_browser()
 
 T = 90_000  # ms
 

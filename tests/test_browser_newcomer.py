@@ -9,13 +9,13 @@ README are copied to docs/screenshots/.
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
-from browser_server import CHROMIUM, browser_page, screenshot, start_server, stop_server
+from browser_server import browser_page, require_browser, screenshot, start_server, stop_server
 from helpers import REPO, kill_workers
 from test_browser import draw_stroke as draw
+from test_browser import draw_until
 from test_browser_sweep import PLOT_LINES_JS
 
 from brnn_core.runs.rundir import Run, list_runs
@@ -26,12 +26,7 @@ try:
 except ImportError:
     expect = None
 
-REQUIRED = os.environ.get("BRNN_REQUIRE_BROWSER") == "1"
-if not CHROMIUM.is_file() or expect is None:
-    reason = f"{CHROMIUM} or the playwright package is missing"
-    if REQUIRED:
-        pytest.fail(f"BRNN_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+require_browser()
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.worker]
 SHOTS = REPO / "test-output" / "screenshots"
@@ -87,15 +82,7 @@ SHAPES = {"7": SEVEN, "1": ONE, "0": ([(140, 40), (80, 90), (80, 190), (140, 240
 def draw_and_save(page, strokes, label: str) -> None:
     """Draw on a fresh canvas until a prediction shows, then save it as `label`."""
     prediction = page.locator("[data-testid=stMetric]").filter(has_text="Prediction")
-    for attempt in range(3):  # a canvas mounted a moment ago may miss the first stroke: draw it again
-        for stroke in strokes:
-            draw(page, stroke)
-        try:
-            expect(prediction).to_be_visible(timeout=30_000)
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
+    draw_until(prediction, page, strokes)
     page.get_by_role("button", name=label, exact=True).click()
     expect(page.get_by_text(re.compile(rf"^Saved as {label}")).first).to_be_visible()
     expect(prediction).to_have_count(0)  # a fresh canvas

@@ -13,7 +13,7 @@ import re
 import signal
 
 import pytest
-from browser_server import CHROMIUM, browser_page, screenshot, start_server, stop_server
+from browser_server import browser_page, require_browser, screenshot, start_server, stop_server
 from helpers import REPO
 
 from brnn_core.sweep.records import list_sweeps
@@ -24,12 +24,7 @@ try:
 except ImportError:
     expect = sync_playwright = None
 
-REQUIRED = os.environ.get("BRNN_REQUIRE_BROWSER") == "1"
-if not CHROMIUM.is_file() or sync_playwright is None:
-    reason = f"{CHROMIUM} or the playwright package is missing"
-    if REQUIRED:
-        pytest.fail(f"BRNN_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+require_browser()
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.worker]
 SHOTS = REPO / "test-output" / "screenshots"
