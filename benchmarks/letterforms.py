@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from brnn_core.data.drawings import save_drawing
+from brnn_core.inference.non_digits import dense, wobble
 from brnn_core.inference.predictor import Predictor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,26 +51,6 @@ FORMS: dict[str, tuple[int, list[list[tuple[float, float]]]]] = {
 BY_DIGIT = {d: [name for name, (digit, _) in FORMS.items() if digit == d] for d in range(10)}
 
 
-def _wobble(points: np.ndarray, rng: np.random.Generator, amount: float) -> np.ndarray:
-    """A smooth random displacement along the stroke (a few low-frequency sines), as a hand's tremor."""
-    t = np.linspace(0, 1, len(points))[:, None]
-    out = points.copy()
-    for _ in range(3):
-        freq, phase = rng.uniform(0.5, 2.0), rng.uniform(0, 2 * np.pi, size=2)
-        out += amount * rng.uniform(-1, 1, size=2) * np.sin(2 * np.pi * freq * t + phase)
-    return out
-
-
-def _dense(stroke: list[tuple[float, float]], step: float = 0.02) -> np.ndarray:
-    """The polyline resampled every `step` (so the wobble bends straight segments too)."""
-    pts = np.asarray(stroke, dtype=np.float64)
-    out = [pts[0]]
-    for a, b in zip(pts[:-1], pts[1:], strict=True):
-        n = max(1, int(np.linalg.norm(b - a) / step))
-        out += [a + (b - a) * k / n for k in range(1, n + 1)]
-    return np.asarray(out)
-
-
 def draw(form: str, rng: np.random.Generator) -> np.ndarray:
     """One drawing of `form` as the canvas returns it: (280, 280, 4) uint8 RGBA, white ink on transparent."""
     size = CANVAS * SUPERSAMPLE
@@ -83,7 +64,7 @@ def draw(form: str, rng: np.random.Generator) -> np.ndarray:
     img = Image.new("RGBA", (size, size), (0, 0, 0, 0))
     pen = ImageDraw.Draw(img)
     for stroke in FORMS[form][1]:
-        pts = _wobble(_dense(stroke), rng, 0.02)
+        pts = wobble(dense(np.asarray(stroke, dtype=np.float64)), rng, 0.02)
         xy = np.stack([(pts[:, 0] - 0.5) * width, (pts[:, 1] - 0.5) * height], axis=1)
         xy[:, 0] -= shear * xy[:, 1]  # slant: the top leans right for shear < 0
         xy = xy @ rot.T + [cx, cy]

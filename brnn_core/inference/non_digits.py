@@ -84,7 +84,7 @@ SHAPES = {  # name -> strokes (some drawn anew each time), and width / height
 }
 
 
-def _wobble(points: np.ndarray, rng: np.random.Generator, amount: float = 0.02) -> np.ndarray:
+def wobble(points: np.ndarray, rng: np.random.Generator, amount: float = 0.02) -> np.ndarray:
     """A smooth random displacement along the stroke (a few low-frequency sines), as a hand's tremor."""
     t = np.linspace(0, 1, len(points))[:, None]
     out = points.copy()
@@ -94,7 +94,7 @@ def _wobble(points: np.ndarray, rng: np.random.Generator, amount: float = 0.02) 
     return out
 
 
-def _dense(points: np.ndarray, step: float = 0.02) -> np.ndarray:
+def dense(points: np.ndarray, step: float = 0.02) -> np.ndarray:
     """The polyline resampled every `step` (so the wobble bends straight segments too)."""
     out = [points[0]]
     for a, b in zip(points[:-1], points[1:], strict=True):
@@ -118,7 +118,7 @@ def draw(name: str, rng: np.random.Generator) -> np.ndarray:
     brush = rng.uniform(16, 24) * s
     placed = []
     for stroke in strokes:
-        unit = (_wobble(_dense((stroke - lo) / span), rng) - 0.5) * size  # (P, 2) px about the centre
+        unit = (wobble(dense((stroke - lo) / span), rng) - 0.5) * size  # (P, 2) px about the centre
         unit[:, 0] -= shear * unit[:, 1]
         placed.append(unit @ rot.T)
     every = np.concatenate(placed)
