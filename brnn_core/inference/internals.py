@@ -1,0 +1,83 @@
+"""Inside the LSTM: every layer's and direction's hidden state h, cell state c and four gates at each row.
+
+nn.LSTM returns h at every step but c only at the end and no gates; these are recomputed here from the
+model's own weights, step by step, with PyTorch's equations and gate order (i, f, g, o). The forward
+direction has read rows 0..t at row t; the backward one rows n-1..t. Exact to nn.LSTM (tests/test_internals).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from brnn_core.model import PIXEL_MEAN, PIXEL_STD, BiLSTM
+
+QUANTITIES = ("h", "c", "input", "forget", "candidate", "output")
+DIRECTIONS = ("forward", "backward")
+
+
+@dataclass(frozen=True)
+class Cells:
+    """One layer and direction over the rows read: each quantity a (rows, hidden) tensor, row order 0..n-1."""
+
+    h: torch.Tensor
+    c: torch.Tensor
+    input: torch.Tensor  # i: how much of the candidate enters the cell
+    forget: torch.Tensor  # f: how much of the cell is kept
+    candidate: torch.Tensor  # g: what would enter (tanh)
+    output: torch.Tensor  # o: how much of tanh(c) is shown as h
+
+    def get(self, quantity: str) -> torch.Tensor:
+        if quantity not in QUANTITIES:
+            raise ValueError(f"unknown quantity {quantity!r}; choose one of {', '.join(QUANTITIES)}")
+        return getattr(self, quantity)
+
+
+@dataclass(frozen=True)
+class Internals:
+    """layers[l][direction] -> Cells, for the first `rows` rows of one image."""
+
+    layers: tuple[dict[str, Cells], ...]
+    rows: int
+
+
+def _direction(lstm: torch.nn.LSTM, layer: int, reverse: bool, x: torch.Tensor) -> Cells:
+    suffix = f"_l{layer}" + ("_reverse" if reverse else "")
+    w_ih, w_hh = getattr(lstm, "weight_ih" + suffix), getattr(lstm, "weight_hh" + suffix)
+    bias = getattr(lstm, "bias_ih" + suffix) + getattr(lstm, "bias_hh" + suffix) if lstm.bias else 0.0
+    hidden = lstm.hidden_size
+    pre_input = x @ w_ih.T + bias  # (rows, 4H): the input's part of every step at once
+    h = x.new_zeros(hidden)
+    c = x.new_zeros(hidden)
+    out = {name: [None] * len(x) for name in ("h", "c", "input", "forget", "candidate", "output")}
+    for t in (range(len(x) - 1, -1, -1) if reverse else range(len(x))):
+        gates = pre_input[t] + w_hh @ h
+        i, f, g, o = gates.split(hidden)
+        i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+        c = f * c + i * g
+        h = o * torch.tanh(c)
+        for name, value in zip(("h", "c", "input", "forget", "candidate", "output"), (h, c, i, f, g, o),
+                               strict=True):
+            out[name][t] = value
+    return Cells(**{name: torch.stack(values) for name, values in out.items()})
+
+
+@torch.no_grad()
+def lstm_internals(model: BiLSTM, image: torch.Tensor, rows: int | None = None) -> Internals:
+    """The internals of `model` reading the first `rows` (default all) rows of one (T, 28) image in [0, 1],
+    as `model(image[None], lengths=[rows])` reads it (eval mode: no dropout between layers)."""
+    lstm = model.lstm
+    x = image.to(next(model.parameters()).device, torch.float32)
+    rows = len(x) if rows is None else int(rows)
+    if not 1 <= rows <= len(x):
+        raise ValueError(f"rows must be between 1 and {len(x)}, not {rows}")
+    x = x[:rows]
+    if model.cfg.input_scale == "standard":
+        x = (x - PIXEL_MEAN) / PIXEL_STD
+    layers = []
+    for layer in range(lstm.num_layers):
+        both = {name: _direction(lstm, layer, name == "backward", x) for name in DIRECTIONS}
+        layers.append(both)
+        x = torch.cat([both["forward"].h, both["backward"].h], dim=1)  # (rows, 2H): the next layer's input
+    return Internals(tuple(layers), rows)
