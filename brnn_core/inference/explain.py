@@ -1,7 +1,7 @@
 """Looking inside the BiLSTM: what it thinks after each row, and which pixels pushed its answer.
 
 `prefix_probabilities` runs the model on the first t+1 rows, for every t at once (one packed batch).
-`integrated_gradients` is captum's, from a black baseline (the zero image in the model's input space). Its
+`integrated_gradients` is captum's, from a baseline (black by default; `row_importance` blanks whole rows). Its
 backward pass through `nn.LSTM` in eval mode is refused by cuDNN (the blog's bug); training mode would turn
 dropout on and change the answer being explained, so `backward_in_eval` keeps eval mode and turns cuDNN off:
 PyTorch's own LSTM kernels run backward in any mode and compute the same function.
@@ -45,29 +45,83 @@ def prefix_probabilities(model: nn.Module, x: torch.Tensor, temperature: float =
     return (logits.float() / temperature).softmax(dim=1).cpu().numpy()
 
 
+def baseline_image(x: torch.Tensor, kind: str = "black") -> torch.Tensor:
+    """The image integrated gradients starts from: black (zeros), the digit blurred, or uniform grey (0.5).
+
+    A black baseline gives black pixels exactly zero attribution by construction (they never differ from it);
+    a blurred one asks what the sharp strokes add; grey treats ink and background alike."""
+    if kind == "black":
+        return torch.zeros_like(x)
+    if kind == "grey":
+        return torch.full_like(x, 0.5)
+    if kind == "blurred":
+        blurred = x[None, None]
+        for _ in range(3):  # three 5x5 box blurs: close to a Gaussian of about 2.5 px
+            blurred = nn.functional.avg_pool2d(blurred, 5, stride=1, padding=2, count_include_pad=False)
+        return blurred[0, 0]
+    raise ValueError(f"unknown baseline {kind!r}; choose one of {', '.join(BASELINES)}")
+
+
+BASELINES = ("black", "blurred", "grey")
+
+
 def integrated_gradients(model: nn.Module, x: torch.Tensor, target: int | None = None,
-                         n_steps: int = IG_STEPS) -> tuple[np.ndarray, int, float]:
+                         n_steps: int = IG_STEPS, baseline: str = "black") -> tuple[np.ndarray, int, float]:
     """Attribution (T, 28) of the target class's logit to each pixel, the target, and captum's gap.
 
-    With a black (all-zero) baseline, attribution = pixel value x mean gradient along the path, so
-    background pixels (exactly 0) get exactly 0 and the mass sits on the ink. The attributions sum
-    to logit(x) - logit(black) up to the returned convergence gap (completeness).
+    From a black (all-zero) baseline, attribution = pixel value x mean gradient along the path, so
+    background pixels (exactly 0) get exactly 0 and the mass sits on the ink (`baseline_image` for the
+    others). The attributions sum to logit(x) - logit(baseline) up to the returned convergence gap.
     """
     from captum.attr import IntegratedGradients  # lazy: captum takes seconds to import; only attribution needs it
 
     device = next(model.parameters()).device
     inp = x.to(device=device, dtype=torch.float32).unsqueeze(0)  # (1, T, 28)
-    baseline = torch.zeros_like(inp)  # a 0 pixel in the model's input space
+    start = baseline_image(inp[0], baseline)[None]  # in the model's input space
     with torch.enable_grad(), mode(model, False), backward_in_eval():
         if target is None:
             with torch.no_grad():
                 target = int(model(inp).argmax(dim=1))
         ig = IntegratedGradients(model)
         while True:  # saturated LSTM gates can need a finer path: refine until the sums add up (completeness)
-            attr, delta = ig.attribute(inp, baselines=baseline, target=int(target), n_steps=n_steps,
+            attr, delta = ig.attribute(inp, baselines=start, target=int(target), n_steps=n_steps,
                                        return_convergence_delta=True)
             total = float(attr.sum())
             if n_steps >= IG_MAX_STEPS or float(delta.abs().max()) <= 0.02 * abs(total) + 0.02:
                 break
             n_steps *= 4
     return attr[0].detach().float().cpu().numpy(), int(target), float(delta.abs().max())
+
+
+@torch.no_grad()
+def row_importance(model: nn.Module, x: torch.Tensor, target: int, temperature: float = 1.0) -> np.ndarray:
+    """(T,): how much the probability of class `target` drops when row t is blanked (set to 0), each row in
+    turn, in one batch. Measured per row before any attribution within it: saliency alone fades towards the
+    first rows a recurrent model reads. A row that is already blank changes nothing (exactly 0)."""
+    device = next(model.parameters()).device
+    x = x.to(device=device, dtype=torch.float32)
+    rows = len(x)
+    batch = x.repeat(rows + 1, 1, 1)  # (T+1, T, 28): the image itself, then one with each row blanked
+    batch[torch.arange(1, rows + 1), torch.arange(rows)] = 0.0
+    with mode(model, False):
+        probs = torch.softmax(model(batch) / temperature, dim=1)[:, target]
+    drop = probs[0] - probs[1:]
+    drop[x.abs().sum(dim=1) == 0] = 0.0  # the same input: exactly no change (not a float's noise)
+    return drop.cpu().numpy()
+
+
+def randomized_copy(model: nn.Module, seed: int = 0) -> nn.Module:
+    """A copy of `model` with every weight drawn afresh (PyTorch's initialisation): the sanity check for an
+    attribution, which explains nothing if it looks the same for this copy (Adebayo et al., 2018)."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        for module in twin.modules():
+            if module is not twin and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    finally:
+        torch.random.set_rng_state(generator_state)  # the caller's random stream is left as it was
+    return twin
