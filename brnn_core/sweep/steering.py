@@ -277,7 +277,8 @@ class SweepCallback(Callback):
         self.running.discard(trial.trial_id)
         self.control.set_running(self.running)
         run = self.control.run_of(trial.trial_id)
-        if error and not run.exists():  # failed where this machine cannot see it: record it here
+        # failed where this machine cannot see it (not one left unstarted as its sweep stopped): record it here
+        if error and not run.exists() and not never_started(error):
             try:
                 record_lost_trial(self.control.sweep, trial, error)
             except (RunError, ValueError, OSError) as exc:  # Tune's loop must go on; say it at least
@@ -297,6 +298,15 @@ class SweepCallback(Callback):
         sweep = self.control.sweep
         if self.keep_best is not None:
             prune_sweep(sweep, self.keep_best, ranking=self.board.ranking() if self.board else None)
+
+
+def never_started(error: str) -> bool:
+    """True for a trial that did not start because its sweep was stopping (trial.TrialStopped in Tune's error
+    file): unfinished to Tune, so `sweep --resume` starts it; nothing to record."""
+    try:
+        return "TrialStopped" in Path(error).read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def error_line(error: str) -> str:

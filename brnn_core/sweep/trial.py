@@ -55,7 +55,8 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
     trial_id = tune.get_context().get_trial_id()
     run = Run(Path(setup.runs_dir) / trial_run_id(setup.sweep_id, trial_id))
     if not run.exists() and Sweep(Path(setup.sweep_dir)).stop_requested():
-        return  # the sweep is stopping: never start a new trial
+        # the sweep is stopping: never start a new trial, but leave it unfinished to Tune (`sweep --resume` starts it)
+        raise TrialStopped(f"trial {trial_id} not started: its sweep is stopping; `sweep --resume` starts it")
     searched = {k: config[k] for k in setup.searched}
     status = run.stored_status() if run.exists() else {}
     if status.get("state") in FINAL_STATES or status.get("stopped_by") in SCHEDULER_STOPS:
