@@ -251,3 +251,47 @@ def attribution_figure(image: np.ndarray, attribution: np.ndarray, class_name: s
     fig.update_layout(title=f"{ATTRIBUTION_TITLE}: {class_name}", height=380, margin=dict(l=10, r=10, t=50, b=10),
                       uirevision="attribution")
     return fig
+
+
+INSIDE_COLOURS = {"h": "RdBu", "c": "RdBu", "candidate": "RdBu", "input": "Viridis", "forget": "Viridis",
+                  "output": "Viridis"}  # signed quantities diverge around 0; gates run from 0 to 1
+
+
+def unit_order(values: np.ndarray) -> np.ndarray:
+    """Units sorted by the row where each is most active (|value| largest), then by that value: units that
+    fire on the same rows sit side by side, so bands across many units show."""
+    values = np.abs(np.asarray(values, dtype=float))
+    peak = values.argmax(axis=0)
+    return np.lexsort((-values.max(axis=0), peak))
+
+
+def internals_figure(values: np.ndarray, quantity: str, where: str) -> go.Figure:
+    """Rows x units heatmap of one layer and direction's `quantity` (inference.internals), units in
+    `unit_order`."""
+    values = np.asarray(values, dtype=float)
+    order = unit_order(values)
+    signed = INSIDE_COLOURS.get(quantity) == "RdBu"
+    bound = float(np.abs(values).max()) or 1.0
+    fig = go.Figure(go.Heatmap(z=values[:, order], x=[str(u) for u in order], colorscale=INSIDE_COLOURS[quantity],
+                               zmin=-bound if signed else 0.0, zmax=bound if signed else 1.0,
+                               colorbar=dict(title=quantity, len=0.9),
+                               hovertemplate="row %{y}, unit %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_yaxes(title="row", autorange="reversed")
+    fig.update_xaxes(title="unit (ordered by the row where it peaks)", showticklabels=False, type="category")
+    fig.update_layout(title=f"{quantity} · {where}", height=380, margin=dict(l=10, r=10, t=50, b=40),
+                      uirevision="internals")
+    return fig
+
+
+def row_importance_figure(drop: np.ndarray, class_name: str) -> go.Figure:
+    """Horizontal bars beside the image's rows: how much class `class_name`'s probability drops with each row
+    blanked (negative: the row argued against it)."""
+    drop = 100 * np.asarray(drop, dtype=float)
+    fig = go.Figure(go.Bar(x=drop, y=list(range(len(drop))), orientation="h",
+                           marker_color=["#b2182b" if d > 0 else "#2166ac" for d in drop],
+                           hovertemplate="row %{y}: %{x:.2f} points<extra></extra>"))
+    fig.update_yaxes(title="row", autorange="reversed", dtick=4)
+    fig.update_xaxes(title=f"drop in P({class_name}), points")
+    fig.update_layout(title="Rows that mattered", height=380, margin=dict(l=10, r=10, t=50, b=40),
+                      uirevision="row_importance")
+    return fig

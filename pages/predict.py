@@ -28,6 +28,7 @@ from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.uploads import UPLOADS_FOLDER, UploadError, save_upload
 from ui import drawings as my
 from ui.common import flash, folders, picker_id, run_index, short_id, show_flashes
+from ui.inside import inside_panel
 from ui.prediction import reading_caption, show_verdict
 from ui.state import pick_checkpoint, picked_checkpoint
 from ui.teach import teach_panel
@@ -197,6 +198,7 @@ def draw_and_predict(predictor: Predictor) -> None:
         e2.plotly_chart(charts.attribution_figure(x.numpy(), predictor.attribution(x.numpy(), top),
                                                   predictor.classes[top]), key="attribution", on_select="ignore")
         st.caption(reading_caption(predictor.device.type == "cuda"))
+        inside_panel(predictor, x.numpy(), top)
 
     st.subheader("Teach it your handwriting")
     if x is not None:

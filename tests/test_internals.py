@@ -73,3 +73,16 @@ def test_a_bad_row_count_is_refused():
         lstm_internals(model, torch.rand(28, 28), 0)
     with pytest.raises(ValueError, match="unknown quantity"):
         lstm_internals(model, torch.rand(28, 28)).layers[0]["forward"].get("cell")
+
+
+def test_the_predictor_gives_none_for_a_blank_canvas_and_rows_for_a_digit(finished, sample):
+    import numpy as np
+
+    predictor = Predictor.from_checkpoint(finished.best_ckpt)
+    blank = np.zeros((280, 280, 4), np.uint8)  # an empty canvas
+    assert predictor.internals(blank) is None and predictor.row_importance(blank) is None
+    digit = (sample.test_x[0].float() / 255).numpy()
+    inside = predictor.internals(digit)
+    assert inside.rows == 28 and len(inside.layers) == predictor.checkpoint.model_config.num_layers
+    drop = predictor.row_importance(digit)
+    assert drop.shape == (28,) and (drop[digit.sum(axis=1) == 0] == 0).all()

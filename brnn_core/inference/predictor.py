@@ -16,7 +16,8 @@ import torch
 from brnn_core.checkpoint import Checkpoint, load_checkpoint
 from brnn_core.data.canvas import deslant_for, prepare
 from brnn_core.inference.calibration import Calibration, features_and_logits
-from brnn_core.inference.explain import integrated_gradients, prefix_probabilities
+from brnn_core.inference.explain import integrated_gradients, prefix_probabilities, randomized_copy, row_importance
+from brnn_core.inference.internals import Internals, lstm_internals
 from brnn_core.model import mode
 
 
@@ -48,6 +49,7 @@ class Predictor:
         # None for an uploaded or older checkpoint: probabilities as the model gives them (T = 1), "uncalibrated"
         self.calibration = Calibration.from_dict(checkpoint.calibration, checkpoint.model_config.hidden_size)
         self.temperature = self.calibration.temperature if self.calibration is not None else 1.0
+        self._random_twin: torch.nn.Module | None = None  # the sanity check's random-weights copy, made when asked
 
     @property
     def calibrated(self) -> bool:
@@ -94,12 +96,42 @@ class Predictor:
         x = self.model_input(image)
         return None if x is None else prefix_probabilities(self.model, x, self.temperature)
 
-    def attribution(self, image: np.ndarray | torch.Tensor, target: int | None = None) -> np.ndarray | None:
+    def attribution(self, image: np.ndarray | torch.Tensor, target: int | None = None, *, baseline: str = "black",
+                    randomized: bool = False) -> np.ndarray | None:
         """(28, 28): how much each pixel of the model's input pushed class `target` (default: the
-        predicted one), by integrated gradients from a black image; None when the canvas is blank.
+        predicted one), by integrated gradients from `baseline` (explain.BASELINES); None when the canvas is
+        blank. `randomized`: the same for a copy of the model with random weights (the sanity check).
 
         Runs backward through the LSTM in eval mode with cuDNN off for the call (see brnn_core.inference.explain)."""
+        self._check_target(target)
+        x = self.model_input(image)
+        if x is None:
+            return None
+        model = self._randomized() if randomized else self.model
+        return integrated_gradients(model, x, target, baseline=baseline)[0]
+
+    def internals(self, image: np.ndarray | torch.Tensor, rows: int | None = None) -> Internals | None:
+        """h, c and the four gates of every layer and direction at each row (inference.internals); None when
+        blank."""
+        x = self.model_input(image)
+        return None if x is None else lstm_internals(self.model, x, rows)
+
+    def row_importance(self, image: np.ndarray | torch.Tensor, target: int | None = None) -> np.ndarray | None:
+        """(28,): the drop in class `target`'s calibrated probability (default: the predicted class) when each
+        row is blanked in turn; None when blank."""
+        self._check_target(target)
+        x = self.model_input(image)
+        if x is None:
+            return None
+        if target is None:
+            target = int(np.argmax(self.predict(x.numpy())))
+        return row_importance(self.model, x, int(target), self.temperature)
+
+    def _check_target(self, target: int | None) -> None:
         if target is not None and not 0 <= int(target) < len(self.classes):
             raise ValueError(f"target {target} is not a class of this model; use 0 to {len(self.classes) - 1}")
-        x = self.model_input(image)
-        return None if x is None else integrated_gradients(self.model, x, target)[0]
+
+    def _randomized(self) -> torch.nn.Module:
+        if self._random_twin is None:
+            self._random_twin = randomized_copy(self.model)
+        return self._random_twin
