@@ -15,6 +15,7 @@ from brnn_core.config import TEACH_DEFAULTS
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.data.drawings import MIN_FOR_ACCURACY, list_drawings
 from brnn_core.runs.rundir import Run, list_runs
+from brnn_core.training.reports import read_report
 from brnn_core.training.teach import TeachError, teach_config
 
 
@@ -96,6 +97,10 @@ def test_teach_it_button_fine_tunes_and_picks_the_new_checkpoint(dirs, finished,
     assert at.session_state["ckpt_choice"] == str(child.best_ckpt.resolve())
     assert any("Taught: now predicting with" in s.value and f"your {held} held-out drawings:" in s.value
                and "validation:" in s.value for s in at.success), [s.value for s in at.success]
+    # did it forget a class? the per-class validation accuracy before -> after says
+    assert any("most forgotten class:" in s.value or "no class lost more than" in s.value for s in at.success)
+    validation = read_report(child)["validation"]
+    assert len(validation["per_class_before"]) == len(validation["per_class_after"]) == 10
     at.run()  # the result stays beside the button on later reruns
     assert any("Taught: now predicting with" in s.value for s in at.success)
     # the taught checkpoint trained on the drawings: scored on the held-out ones only, and said so

@@ -45,6 +45,21 @@ def _before_after(entry: dict | None, what: str) -> str:
     return f"{what}: {before} → {100 * entry['after']:.1f}%"
 
 
+def _worst_class(entry: dict | None, classes: list[str]) -> str:
+    """The class whose validation accuracy fell most (did it forget one?), or that none fell; '' without them."""
+    before, after = (entry or {}).get("per_class_before"), (entry or {}).get("per_class_after")
+    if not before or not after or len(before) != len(after):
+        return ""
+    drops = [(b - a, k) for k, (b, a) in enumerate(zip(before, after, strict=True)) if b == b and a == a]  # no NaN
+    if not drops:
+        return ""
+    drop, k = max(drops)
+    name = classes[k] if k < len(classes) else str(k)
+    if drop <= 0.005:
+        return "no class lost more than half a point of validation accuracy"
+    return f"most forgotten class: {name}, {100 * before[k]:.1f}% → {100 * after[k]:.1f}%"
+
+
 @st.fragment(run_every=REFRESH_S)
 def _progress() -> None:
     teaching = st.session_state.get("teaching")
@@ -75,7 +90,8 @@ def _result(run: Run, state: str | None, status: dict) -> tuple[str, str]:
     if not held:
         held = ("no held-out drawing to show before → after on (the "
                 f"{held_out_ordinals()} drawing of each class is kept out of training for that)")
-    said = [held, _before_after(report.get("validation"), f"{run.config().get('dataset')} validation")]
+    said = [held, _before_after(report.get("validation"), f"{run.config().get('dataset')} validation"),
+            _worst_class(report.get("validation"), report.get("classes") or [])]
     return "success", f"Taught: now predicting with {run.id}'s best.pt. " + "; ".join(s for s in said if s) + "."
 
 

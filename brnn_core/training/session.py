@@ -324,7 +324,8 @@ class TrainingSession:
             return self.end_stopped(result)
         config = config or {}
         return self.end_finished(splits, result, mix=mix, drawings=config.get("my_drawings"),
-                                 start_val_acc=config.get("start_val_acc"))
+                                 start_val_acc=config.get("start_val_acc"),
+                                 start_per_class=config.get("start_val_per_class"))
 
     def end_diverged(self, result: FitResult) -> str:
         """The loss blew up (NaN, a finite explosion, or fp16 steps skipped): keep the last good checkpoints
@@ -368,10 +369,11 @@ class TrainingSession:
         return State.STOPPED
 
     def end_finished(self, splits: Splits, result: FitResult, *, mix: DrawingMix | None = None,
-                     drawings: dict | None = None, start_val_acc: float | None = None) -> str:
+                     drawings: dict | None = None, start_val_acc: float | None = None,
+                     start_per_class: list[float] | None = None) -> str:
         """All epochs done: the final report on the test set, with the best weights; with drawings mixed in,
         also their held-out accuracy before and after; when fine-tuned, the validation accuracy before and
-        after (a fine-tune must not make the model worse at what it knew)."""
+        after, overall and per class (a fine-tune must not make the model forget a class it knew)."""
         run, cfg, model = self.run, self.cfg, self.model
         self._write(message="evaluating the best checkpoint on the test set", step=result.step)
         if run.best_ckpt.is_file():
@@ -383,8 +385,11 @@ class TrainingSession:
         my_scores, summary = mix.finish(model, drawings) if mix is not None else (None, "")
         extra = {"my_drawings": my_scores} if my_scores else {}
         if start_val_acc is not None:
-            end_val = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size).accuracy
-            extra["validation"] = {"before": start_val_acc, "after": end_val}
+            after = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size,
+                             num_classes=len(splits.classes))
+            end_val = after.accuracy
+            extra["validation"] = {"before": start_val_acc, "after": end_val, "per_class_after": after.per_class,
+                                   **({"per_class_before": start_per_class} if start_per_class else {})}
             summary += ("; " if summary else "") + \
                 f"validation accuracy: {100 * start_val_acc:.1f}% -> {100 * end_val:.1f}%"
         write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset, extra=extra or None,
@@ -446,7 +451,9 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
         splits.train_x, splits.train_y = mix.mixed(splits.train_x, splits.train_y)
         config["my_drawings"] = mix.record(model, cfg, config.get("my_drawings"))
     if cfg.init_from and "start_val_acc" not in config:  # fine-tuning: what it knew before, for before -> after
-        config["start_val_acc"] = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size).accuracy
+        before = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size,
+                          num_classes=len(splits.classes))
+        config["start_val_acc"], config["start_val_per_class"] = before.accuracy, before.per_class
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
                   classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset),
