@@ -9,8 +9,6 @@ fingerprint is taken once per rerun, not once per checkpoint.
 
 from __future__ import annotations
 
-import queue
-import threading
 from pathlib import Path
 
 import streamlit as st
@@ -26,6 +24,7 @@ from brnn_core.inference.scores import (
     score_and_store,
     stored_accuracy,
 )
+from ui.background import BackgroundJobs
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -39,49 +38,24 @@ def drawings(data_dir: Path, signature: str | None = None) -> Listing:
 
 
 class Scorer:
-    """One thread that scores checkpoints on the drawings and stores each score beside its checkpoint.
-
-    Not a daemon: a daemon thread still inside torch when the interpreter tears down aborts the whole process
-    ("terminate called without an active exception"). Once the main thread has ended (Ctrl-C, SIGTERM) it
-    finishes the checkpoint in hand, which atomic_write stores whole, and exits; the rest waits for a new server."""
-
-    POLL_S = 0.2  # how soon an idle scorer notices that the server is ending
+    """Scores checkpoints on the drawings on one background thread (ui.background) and stores each score beside
+    its checkpoint; the drawings of a folder are read once for all the checkpoints scored on them."""
 
     def __init__(self):
-        self._queue: queue.Queue = queue.Queue()
-        self._pending: set[tuple[str, str]] = set()
-        self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._work, name="drawings-scorer", daemon=False)
-        self.thread.start()
+        self.jobs = BackgroundJobs("drawings-scorer", (CheckpointError, OSError, RuntimeError, ValueError))
+        self._read: tuple[tuple[str, str], DrawingTensors] | None = None  # used by the scorer's thread only
 
     def ask(self, path: Path, data_dir: Path, signature: str) -> None:
-        key = (str(path), signature)
-        with self._lock:
-            if key in self._pending:
-                return
-            self._pending.add(key)
-        self._queue.put((path, data_dir, signature))
+        self.jobs.ask((str(path), signature), lambda: self._score(path, data_dir, signature))
 
     def pending(self) -> int:
-        with self._lock:
-            return len(self._pending)
+        return self.jobs.pending()
 
-    def _work(self) -> None:
-        read: tuple[tuple[str, str], DrawingTensors] | None = None  # the drawings of the folder as last seen
-        while threading.main_thread().is_alive():
-            try:
-                path, data_dir, signature = self._queue.get(timeout=self.POLL_S)
-            except queue.Empty:
-                continue
-            if read is None or read[0] != (str(data_dir), signature):
-                read = (str(data_dir), signature), DrawingTensors(data_dir)
-            try:
-                score_and_store(path, data_dir, signature, read[1])
-            except (CheckpointError, OSError, RuntimeError, ValueError):
-                pass  # an unreadable checkpoint has no score; picking it shows why
-            finally:
-                with self._lock:
-                    self._pending.discard((str(path), signature))
+    def _score(self, path: Path, data_dir: Path, signature: str) -> None:
+        # an unreadable checkpoint raises and gets no score; picking it shows why
+        if self._read is None or self._read[0] != (str(data_dir), signature):
+            self._read = (str(data_dir), signature), DrawingTensors(data_dir)
+        score_and_store(path, data_dir, signature, self._read[1])
 
 
 @st.cache_resource
