@@ -295,3 +295,27 @@ def row_importance_figure(drop: np.ndarray, class_name: str) -> go.Figure:
     fig.update_layout(title="Rows that mattered", height=380, margin=dict(l=10, r=10, t=50, b=40),
                       uirevision="row_importance")
     return fig
+
+
+def state_path_figure(path: np.ndarray, class_paths: np.ndarray, classes: list[str], predicted: str) -> go.Figure:
+    """The drawn digit's forward path h_0..h_27 in two principal components (thick, start and end marked) over
+    each class's mean path (thin, its name at the end)."""
+    fig = go.Figure()
+    for name, mean in zip(classes, np.asarray(class_paths), strict=True):
+        if not np.isfinite(mean).all():
+            continue
+        fig.add_trace(go.Scatter(x=mean[:, 0], y=mean[:, 1], mode="lines", line=dict(width=1, color="#bbbbbb"),
+                                 name=f"class {name}", showlegend=False, hoverinfo="skip"))
+        fig.add_annotation(x=mean[-1, 0], y=mean[-1, 1], text=name, showarrow=False, font=dict(color="#888888"))
+    path = np.asarray(path)
+    fig.add_trace(go.Scatter(x=path[:, 0], y=path[:, 1], mode="lines+markers", name="your digit",
+                             line=dict(width=3, color="#d62728"), marker=dict(size=4),
+                             customdata=np.arange(len(path)), hovertemplate="after row %{customdata}<extra></extra>"))
+    fig.add_annotation(x=path[0, 0], y=path[0, 1], text="row 0", showarrow=True, arrowhead=1)
+    fig.add_annotation(x=path[-1, 0], y=path[-1, 1], text=f"row {len(path) - 1} ({predicted})", showarrow=True,
+                       arrowhead=1)
+    fig.update_xaxes(title="component 1")
+    fig.update_yaxes(title="component 2")
+    fig.update_layout(title="The digit's path through state space (last layer, forward)", height=380,
+                      margin=dict(l=10, r=10, t=50, b=40), showlegend=False, uirevision="state_path")
+    return fig

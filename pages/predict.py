@@ -198,7 +198,7 @@ def draw_and_predict(predictor: Predictor) -> None:
         e2.plotly_chart(charts.attribution_figure(x.numpy(), predictor.attribution(x.numpy(), top),
                                                   predictor.classes[top]), key="attribution", on_select="ignore")
         st.caption(reading_caption(predictor.device.type == "cuda"))
-        inside_panel(predictor, x.numpy(), top)
+        inside_panel(predictor, x.numpy(), top, path, data_dir)
 
     st.subheader("Teach it your handwriting")
     if x is not None:

@@ -4,10 +4,15 @@ attribution from each baseline and the random-weights sanity check."""
 
 from __future__ import annotations
 
-from helpers import build_app, no_exception
+from helpers import build_app, no_exception, wait_for
+
+from brnn_core.inference.state_space import states_path
+from ui.inside import states_builder
 
 
-def panel(checkpoint: str, digit: list) -> None:
+def panel(checkpoint: str, digit: list, data_dir: str) -> None:
+    from pathlib import Path
+
     import numpy as np
 
     from brnn_core.inference.predictor import Predictor
@@ -15,12 +20,14 @@ def panel(checkpoint: str, digit: list) -> None:
 
     predictor = Predictor.from_checkpoint(checkpoint)
     x = np.asarray(digit, dtype=np.float32)
-    inside_panel(predictor, x, int(np.argmax(predictor.predict(x))))
+    inside_panel(predictor, x, int(np.argmax(predictor.predict(x))), checkpoint, Path(data_dir))
 
 
-def test_inside_the_lstm(finished, sample):
+def test_inside_the_lstm(finished, sample, tmp_path):
     digit = (sample.test_x[0].float() / 255).tolist()
-    at = build_app(function=panel, args=(str(finished.best_ckpt), digit))
+    checkpoint = tmp_path / "best.pt"  # its training digits' states are written beside it
+    checkpoint.write_bytes(finished.best_ckpt.read_bytes())
+    at = build_app(function=panel, args=(str(checkpoint), digit, str(tmp_path / "data")))
     at.run()
     no_exception(at)
     assert not at.get("plotly_chart")  # closed: nothing computed
@@ -31,14 +38,25 @@ def test_inside_the_lstm(finished, sample):
     assert len(titles) == 2  # the heatmap and the rows that mattered (the page shows the black attribution)
     assert any("layer" in t and ", forward" in t for t in titles) and any("Rows that mattered" in t for t in titles)
     assert any("At row t the forward direction has read rows 0..t" in c.value for c in at.caption)
+    # the training digits' states: built once in the background, then the path, neighbours and matches
+    assert any("Reading the training digits' states once" in c.value for c in at.caption)
+    wait_for(lambda: states_path(checkpoint).is_file() and not states_builder().jobs.pending(), 120,
+             "the training states beside the checkpoint")
+    at.run()
+    no_exception(at)
+    assert len(at.get("plotly_chart")) == 3  # + the path through state space
+    assert any("Nearest training digits" in c.value for c in at.caption)
+    assert len(at.get("image")) >= 8  # the nearest training digits (and the matches)
+    assert any("units of the last layer's forward h are on" in c.value or "No unit of" in c.value
+               for c in at.caption)
     for quantity in ("c", "forget", "candidate"):
         at.selectbox(key="inside_quantity").select(quantity).run()
         no_exception(at, quantity)
     at.selectbox(key="inside_direction").select("backward").run()
     assert any("bottom up" in c.value for c in at.caption)
     at.radio(key="inside_baseline").set_value("blurred").run()
-    assert len(at.get("plotly_chart")) == 3
+    assert len(at.get("plotly_chart")) == 4
     at.toggle(key="inside_sanity").set_value(True).run()
     no_exception(at)
-    assert len(at.get("plotly_chart")) == 4
+    assert len(at.get("plotly_chart")) == 5
     assert any(c.value.startswith("Correlation between the two maps:") for c in at.caption)

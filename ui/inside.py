@@ -7,13 +7,19 @@ what it cost without it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import streamlit as st
 
 from brnn_core import charts
+from brnn_core.checkpoint import CheckpointError
+from brnn_core.data.datasets import DatasetError
 from brnn_core.inference.explain import BASELINES
-from brnn_core.inference.internals import DIRECTIONS, QUANTITIES
+from brnn_core.inference.internals import DIRECTIONS, QUANTITIES, Internals
 from brnn_core.inference.predictor import Predictor
+from brnn_core.inference.state_space import TrainingStates, build_for_checkpoint, states_path
+from ui.background import BackgroundJobs
 
 QUANTITY_LABELS = {"h": "hidden state h", "c": "cell state c", "input": "input gate i", "forget": "forget gate f",
                    "candidate": "cell candidate g", "output": "output gate o"}
@@ -22,8 +28,9 @@ BASELINE_HELP = ("Integrated gradients sums each pixel's effect along a path fro
                  "what the sharp strokes add; from grey, ink and background alike.")
 
 
-def inside_panel(predictor: Predictor, x: np.ndarray, top: int) -> None:
-    """The expander for the model input `x` (28, 28) and its predicted class `top`."""
+def inside_panel(predictor: Predictor, x: np.ndarray, top: int, checkpoint: str, data_dir: Path) -> None:
+    """The expander for the model input `x` (28, 28) and its predicted class `top` (`checkpoint`: its file,
+    beside which the training digits' states are kept)."""
     with st.expander("Inside the LSTM: gates and states row by row, rows that mattered, a sanity check",
                      key="inside_open", on_change="rerun"):
         if not st.session_state.get("inside_open"):
@@ -34,7 +41,8 @@ def inside_panel(predictor: Predictor, x: np.ndarray, top: int) -> None:
                                   key="inside_layer")
         direction = pick[1].selectbox("Direction", DIRECTIONS, key="inside_direction")
         quantity = pick[2].selectbox("Quantity", QUANTITIES, format_func=QUANTITY_LABELS.get, key="inside_quantity")
-        cells = predictor.internals(x).layers[layer - 1][direction]
+        inside = predictor.internals(x)
+        cells = inside.layers[layer - 1][direction]
         heat, rows = st.columns([3, 2])
         heat.plotly_chart(charts.internals_figure(cells.get(quantity).numpy(), quantity,
                                                   f"layer {layer}, {direction}"), key="inside_heatmap",
@@ -47,6 +55,8 @@ def inside_panel(predictor: Predictor, x: np.ndarray, top: int) -> None:
                    "is most active, so units that fire together sit side by side; most single units mean nothing "
                    "on their own: look for bands across many. Rows that mattered: each row blanked in turn, how "
                    f"much P({predictor.classes[top]}) drops (negative: that row argued against it).")
+
+        state_space_section(predictor, inside, direction, top, checkpoint, data_dir)
 
         st.markdown("**Which pixels decided, and is that explanation worth anything?**")
         choose = st.columns([2, 2])
@@ -70,3 +80,93 @@ def inside_panel(predictor: Predictor, x: np.ndarray, top: int) -> None:
             corr = float(np.corrcoef(trained.ravel(), random_map.ravel())[0, 1])
             st.caption(f"Correlation between the two maps: {corr:.2f}. Close to 1 would mean the map shows the "
                        "input's shape, not what the model learned.")
+
+
+class StatesBuilder:
+    """Builds a checkpoint's TrainingStates on a background thread (once per file); remembers why one failed."""
+
+    def __init__(self):
+        self.jobs = BackgroundJobs("training-states")
+        self.failed: dict[str, str] = {}
+
+    def ask(self, checkpoint: str, data_dir: Path) -> None:
+        def build() -> None:
+            try:
+                build_for_checkpoint(Path(checkpoint), data_dir)
+            except (CheckpointError, DatasetError, OSError, ValueError) as exc:
+                self.failed[checkpoint] = str(exc)
+
+        if checkpoint not in self.failed:
+            self.jobs.ask(checkpoint, build)
+
+
+@st.cache_resource
+def states_builder() -> StatesBuilder:
+    return StatesBuilder()
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _states(path: str, version: tuple[int, int]) -> TrainingStates | None:
+    return TrainingStates.load(Path(path))
+
+
+def training_states(checkpoint: str, data_dir: Path) -> TrainingStates | str:
+    """The checkpoint's stored states, or a line saying why there are none (yet): built in the background."""
+    path = states_path(Path(checkpoint))
+    try:
+        stat = path.stat()
+        states = _states(str(path), (stat.st_mtime_ns, stat.st_size))
+    except OSError:
+        states = None
+    if states is not None and Path(checkpoint).stat().st_mtime <= path.stat().st_mtime:
+        return states
+    builder = states_builder()
+    if checkpoint in builder.failed:
+        return f"No training digits to compare with: {builder.failed[checkpoint]}"
+    builder.ask(checkpoint, data_dir)
+    return ("Reading the training digits' states once for this checkpoint, in the background: the path, the "
+            "nearest digits and the matches appear with your next stroke.")
+
+
+def state_space_section(predictor: Predictor, inside: Internals, direction: str, top: int, checkpoint: str,
+                        data_dir: Path) -> None:
+    """The digit's path over each class's mean path, its nearest training digits, and LSTMVis's match."""
+    states = training_states(checkpoint, data_dir)
+    st.markdown("**Where the digit goes, and which training digits it is like**")
+    if isinstance(states, str):
+        st.caption(states)
+        return
+    last = inside.layers[-1]
+    path_col, near_col = st.columns([3, 2])
+    path_col.plotly_chart(charts.state_path_figure(states.path_of(last["forward"].h.numpy()), states.class_paths,
+                                                   predictor.classes, predictor.classes[top]),
+                          key="inside_path", on_select="ignore")
+    final = np.concatenate([last["forward"].h[-1].numpy(), last["backward"].h[0].numpy()])
+    with near_col:
+        st.caption("Nearest training digits by the state the classifier reads (forward after the last row, "
+                   "backward after the first):")
+        thumbnails([(n.index, n.label, f"{n.distance:.2f}") for n in states.neighbours(final, 8)], states,
+                   predictor.classes)
+    st.caption(f"Each grey line is a class's mean path over {len(states.indices)} training digits, projected on "
+               "the two directions in which the forward states vary most; a well-read digit ends near its class.")
+
+    band = st.slider("Rows", 0, 27, (10, 18), key="inside_band", help="Units on across these rows are matched.")
+    threshold = st.slider("On above (mean h over the rows)", 0.0, 0.9, 0.3, 0.05, key="inside_threshold")
+    units, found = states.matches(last[direction].h.numpy(), direction, band, threshold)
+    if not len(units):
+        st.caption(f"No unit of the last layer's {direction} h is above {threshold:g} across rows {band[0]}-{band[1]}:"
+                   " lower the threshold or move the band.")
+        return
+    st.caption(f"{len(units)} units of the last layer's {direction} h are on across rows {band[0]}-{band[1]}. "
+               "Training digits whose same units are on there (share of on units in common):")
+    thumbnails([(i, label, f"{score:.0%}") for i, label, score in found], states, predictor.classes)
+
+
+def thumbnails(items: list[tuple[int, int, str]], states: TrainingStates, classes: list[str]) -> None:
+    """Training digits (index into the training split, label, a number) as small images with their labels."""
+    where = {int(i): k for k, i in enumerate(states.indices)}
+    cols = st.columns(8)
+    for k, (index, label, number) in enumerate(items):
+        image = states.images[where[index]]
+        cols[k % 8].image(np.kron(image, np.ones((2, 2), np.uint8)), caption=f"{classes[label]} · {number}",
+                          clamp=True)

@@ -19,7 +19,7 @@ from brnn_core.model import PIXEL_MEAN, PIXEL_STD, BiLSTM, mode
 
 SAMPLE = 500  # training digits kept: enough for neighbours and matches, a few MB beside a checkpoint
 STATES_SUFFIX = ".states.npz"
-VERSION = 1
+VERSION = 2  # bump when what is stored changes: older files are built again
 
 
 def states_path(checkpoint: Path) -> Path:
@@ -37,6 +37,7 @@ class Neighbour:
 class TrainingStates:
     indices: np.ndarray  # (N,) into the training split
     labels: np.ndarray  # (N,)
+    images: np.ndarray  # (N, T, 28) uint8: the digits themselves, for thumbnails
     h: np.ndarray  # (N, T, 2H) float16: the last layer's [forward | backward] h at every row
     final: np.ndarray  # (N, 2H) float32: what the head reads
     pca_mean: np.ndarray  # (H,)
@@ -64,8 +65,8 @@ class TrainingStates:
         class_paths = torch.stack([paths[y == c].mean(dim=0) if (y == c).any() else torch.full_like(paths[0], np.nan)
                                    for c in range(num_classes)])
         final = final_state(h_all)
-        return cls(indices, y.numpy(), h_all.numpy().astype(np.float16), final.numpy(), mean.numpy(),
-                   axes.numpy(), class_paths.numpy())
+        return cls(indices, y.numpy(), images[torch.from_numpy(indices)].numpy(), h_all.numpy().astype(np.float16),
+                   final.numpy(), mean.numpy(), axes.numpy(), class_paths.numpy())
 
     def save(self, path: Path) -> None:
         import io
