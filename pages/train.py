@@ -121,7 +121,7 @@ with left:
         field("augment", st.selectbox, label="Augmentation (training images only)", options=list(AUGMENT_LEVELS),
               disabled=active, format_func=lambda a: f"auto: {resolve_augment(a, form['dataset'])} for this dataset"
               if a == "auto" else a)
-        field("drawn_share", st.number_input, label="Share of digits also drawn as canvas strokes", step=0.1,
+        field("drawn_share", st.number_input, label="Pen-stroke copies of the training digits (share)", step=0.1,
               format="%.2f", disabled=active)
     with st.expander("Advanced"):
         for name, label in (("seed", "Seed"), ("log_interval", "Log every N steps"),
@@ -225,7 +225,7 @@ with right:
         st.info("No runs yet: pick hyperparameters on the left and press **Start training**. The defaults start "
                 "from the blog's (hidden 128, 2 layers, batch 100, lr 0.01, Adam) with a cosine learning-rate "
                 "schedule, augmentation and epochs chosen per dataset, so a run lasts long enough to try the live "
-                "controls and reads drawn digits well.")
+                "controls and reads what you draw well.")
         st.stop()
     if active:
         live = live_settings(run, status)
@@ -307,12 +307,12 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     config = live_run.config()
     plan = lr_plan(config, s, events, start=int((config.get("parent") or {}).get("step", 0)))  # a branch: its own
     figures = cached_figures(live_run, metrics, smoothing, log_y, plan)
-    c1, c2 = st.columns(2)
-    c1.plotly_chart(figures[0], key="chart_train", on_select="ignore")
-    c2.plotly_chart(figures[1], key="chart_epoch", on_select="ignore")
-    c3, c4 = st.columns(2)
-    c3.plotly_chart(figures[2], key="chart_acc", on_select="ignore")
-    c4.plotly_chart(figures[3], key="chart_lr", on_select="ignore")
+    loss_col, epoch_col = st.columns(2)
+    loss_col.plotly_chart(figures[0], key="chart_train", on_select="ignore")
+    epoch_col.plotly_chart(figures[1], key="chart_epoch", on_select="ignore")
+    acc_col, lr_col = st.columns(2)
+    acc_col.plotly_chart(figures[2], key="chart_acc", on_select="ignore")
+    lr_col.plotly_chart(figures[3], key="chart_lr", on_select="ignore")
     # keyed, its open state is the session's (not the browser element's): it stays open through the reruns that
     # a state change (pause, resume) makes, which redraw the panel
     with st.expander("Event log", key="event_log", on_change="rerun"):

@@ -1,15 +1,10 @@
-"""Training digits as the canvas would give them: a fixed share of a digit dataset's training images,
-redrawn with a round brush (`strokes.render`) and put through the canvas path (`canvas.preprocess`).
+"""Pen-stroke copies: a fixed share of a digit dataset's training images redrawn with a round brush
+(`strokes.render`) and put through the canvas path (`canvas.preprocess`), so the model also learns digits as
+the canvas gives them (docs/decisions/011-drawn-share.md). Digits only.
 
-Why: the model learns MNIST's pen, then is judged on canvas drawings (one hard brush width, any size and
-slant, straightened by the canvas path). Training on some of its own digits drawn that way closes most of
-that gap at no cost per step: measured in docs/decisions/011-drawn-share.md, with the real MNIST test digits
-unchanged. Digits only: a shirt drawn as pen strokes is not what a clothes model sees.
-
-The renderings depend only on the dataset's images and the share, not on the run: they are made once
-(about 5 ms a digit on one core) and kept in a cache file that every later run, sweep trial and Teach it
-reads. Which images are redrawn is fixed by the dataset too, so a run's validation split, drawn from the
-same indices, simply uses the original of any redrawn digit (`load_splits` in the worker).
+The copies depend only on the dataset's images and the share: made once, kept in a cache file that every
+later run, sweep trial and Teach it reads (one process draws, the others wait for its file). Validation uses
+the original of any copied digit. Details: docs/datasets.md, "Pen-stroke copies of the training digits".
 """
 
 from __future__ import annotations
