@@ -196,6 +196,31 @@ def test_draw_save_and_teach_it_until_before_after_shows(server, page):
     no_cut_labels(page, "Predict, taught")
 
 
+def test_inside_the_lstm_on_a_drawn_digit(server, page):
+    srv, _, _ = server
+    page.goto(f"{srv.url}/predict")
+    prediction = page.locator("[data-testid=stMetric]").filter(has_text="Prediction")
+    draw_until(prediction, page, list(SEVEN))
+    page.locator("[data-testid=stExpander] summary").filter(has_text="Inside the LSTM").click()
+    expect(page.get_by_text("Rows that mattered").first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"At row t the forward direction has read rows 0\.\.t")).first).to_be_visible()
+    # the training digits' states are read once in the background; the next stroke shows the path
+    expect(page.get_by_text("Where the digit goes").first).to_be_visible()
+    deadline = 60
+    for _ in range(deadline):
+        if page.get_by_text("Nearest training digits").count():
+            break
+        draw(page, [(60, 55), (220, 55)])  # the same bar again: the same digit, a rerun
+        page.wait_for_timeout(2000)
+    expect(page.get_by_text("Nearest training digits").first).to_be_visible()
+    expect(page.get_by_text("through state space").first).to_be_visible()
+    page.get_by_text("Sanity check: the same for random weights").click()  # the switch's label
+    expect(page.get_by_text(re.compile(r"^Correlation between the two maps")).first).to_be_visible(timeout=LONG)
+    no_exception(page, "Predict, inside the LSTM")
+    no_cut_labels(page, "Predict, inside the LSTM")
+    screenshot(page, "predict-inside", SHOTS)
+
+
 def test_runs_page_follows_and_fits(server, page):
     srv, runs, _ = server
     page.goto(f"{srv.url}/runs")
