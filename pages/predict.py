@@ -179,7 +179,11 @@ def draw_and_predict(predictor: Predictor) -> None:
 
     with right:
         image = np.asarray(result.image_data) if result is not None and result.image_data is not None else None
-        x = predictor.model_input(image) if image is not None else None
+        try:
+            x = predictor.model_input(image) if image is not None else None
+        except ValueError as exc:  # a canvas of an impossible size (a tampered session): say so, draw nothing
+            st.error(f"This drawing cannot be classified: {exc}")
+            x = None
         if x is None:
             st.info("Draw a digit on the canvas to see what the model predicts.")
         else:
