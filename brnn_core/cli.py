@@ -1,4 +1,4 @@
-"""Command line: `python -m brnn_core train | evaluate | predict | teach | sweep | bench`.
+"""Command line: `python -m brnn_core train | evaluate | predict | teach | sweep | runs | bench`.
 
 Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failure.
 """
@@ -27,6 +27,7 @@ from brnn_core.devices import amp_problem, device_problem, resolve_device
 from brnn_core.inference.predictor import Predictor
 from brnn_core.runs import worker_lock
 from brnn_core.runs.branch import create_planned, parse_from, plan_branch
+from brnn_core.runs.cli import add_parser as add_runs_parser
 from brnn_core.runs.index import update_store
 from brnn_core.runs.progress import ProgressPrinter
 from brnn_core.runs.protocol import SET
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     teach.set_defaults(func=cmd_teach)
 
     add_sweep_parser(sub)
+    add_runs_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmark suite (see benchmarks/README.md)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)

@@ -17,6 +17,7 @@ from brnn_core.data.datasets import DatasetError
 from brnn_core.data.drawings import MIN_FOR_ACCURACY
 from brnn_core.data.loading import load_dataset
 from brnn_core.runs.branch import branch_points, with_parents
+from brnn_core.runs.filter import FilterError, filter_table
 from brnn_core.runs.rundir import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
 from brnn_core.training.drawing_mix import summary_line
@@ -34,6 +35,18 @@ if table.empty:
     st.info("No runs yet. Start one on the **Train** page.")
     st.stop()
 
+query = st.text_input("Filter", key="runs_filter", placeholder="val_accuracy > 0.97 and lr <= 0.01 and state:finished",
+                      help="Comparisons on the table's columns (val_accuracy, test_accuracy, lr, hidden, epochs, "
+                           "dataset, …), state:NAME, tag:NAME, group:ID, joined with and / or / not and "
+                           "parentheses. Read as a filter, never run as code; the same as "
+                           "`python -m brnn_core runs list --filter`.")
+try:
+    table = filter_table(table, query)
+except FilterError as exc:
+    st.error(f"The filter does not parse, so every run is listed:\n```\n{exc}\n```", icon=":material/error:")
+if query and table.empty:
+    st.info("No run matches the filter.")
+    st.stop()
 shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100)
 for name in shown.select_dtypes(exclude=["number", "bool"]).columns:  # text columns: an empty cell, not "None"
     shown[name] = shown[name].where(shown[name].notna(), "")

@@ -1,0 +1,181 @@
+"""The runs filter: one small expression language for the Runs page's filter box and `runs list --filter`.
+
+    val_accuracy > 0.97 and lr <= 0.01 and not state:failed
+    (hidden >= 64 or tag:baseline) and dataset == mnist-sample
+
+Comparisons (`< <= > >= == !=`) on a table column or an alias, `tag:NAME`, `group:ID`, `state:NAME`, joined
+with `and`, `or`, `not` and parentheses. It is parsed here, never evaluated as Python: anything else is a
+FilterError whose message points at the bad part.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+ALIASES = {"val_accuracy": "best_val_acc", "val_acc": "best_val_acc", "test_accuracy": "test_acc",
+           "hidden_size": "hidden", "num_layers": "layers", "batch_size": "batch", "id": "run_id"}
+KEYS = ("tag", "group", "state")
+OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+       "==": lambda a, b: a == b, "=": lambda a, b: a == b, "!=": lambda a, b: a != b}
+TOKEN = re.compile(r"""\s*(?:(?P<paren>[()])|(?P<op><=|>=|==|!=|<|>|=)|(?P<string>"[^"]*"|'[^']*')
+                       |(?P<word>[A-Za-z0-9_.:+\-/]+))""", re.VERBOSE)
+
+Row = Mapping[str, object]
+Predicate = Callable[[Row], bool]
+
+
+class FilterError(ValueError):
+    """A filter that does not parse; the message shows where."""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # paren, op, string, word, end
+    text: str
+    at: int  # position in the expression
+
+
+def tokens(text: str) -> list[Token]:
+    out, at = [], 0
+    while at < len(text):
+        if text[at:].strip() == "":
+            break
+        found = TOKEN.match(text, at)
+        if not found or found.end() == at:
+            start = at + len(text[at:]) - len(text[at:].lstrip())
+            raise FilterError(_pointing(text, start, f"unexpected {text[start]!r}"))
+        kind = found.lastgroup
+        out.append(Token(kind, found.group(kind), found.start(kind)))
+        at = found.end()
+    out.append(Token("end", "", len(text)))
+    return out
+
+
+def _pointing(text: str, at: int, problem: str) -> str:
+    return f"{problem} at position {at + 1}:\n  {text}\n  {' ' * at}^"
+
+
+class _Parser:
+    def __init__(self, text: str, columns: set[str] | None):
+        self.text, self.columns = text, columns
+        self.tokens, self.k = tokens(text), 0
+
+    def peek(self) -> Token:
+        return self.tokens[self.k]
+
+    def take(self) -> Token:
+        token = self.tokens[self.k]
+        self.k += 1
+        return token
+
+    def fail(self, token: Token, problem: str) -> FilterError:
+        return FilterError(_pointing(self.text, token.at, problem))
+
+    def parse(self) -> Predicate:
+        if self.peek().kind == "end":
+            return lambda row: True
+        predicate = self.any_of()
+        if self.peek().kind != "end":
+            raise self.fail(self.peek(), f"expected 'and', 'or' or the end, not {self.peek().text!r}")
+        return predicate
+
+    def any_of(self) -> Predicate:
+        parts = [self.all_of()]
+        while self.peek().kind == "word" and self.peek().text.lower() == "or":
+            self.take()
+            parts.append(self.all_of())
+        return parts[0] if len(parts) == 1 else (lambda row: any(p(row) for p in parts))
+
+    def all_of(self) -> Predicate:
+        parts = [self.negation()]
+        while self.peek().kind == "word" and self.peek().text.lower() == "and":
+            self.take()
+            parts.append(self.negation())
+        return parts[0] if len(parts) == 1 else (lambda row: all(p(row) for p in parts))
+
+    def negation(self) -> Predicate:
+        if self.peek().kind == "word" and self.peek().text.lower() == "not":
+            self.take()
+            inner = self.negation()
+            return lambda row: not inner(row)
+        return self.atom()
+
+    def atom(self) -> Predicate:
+        token = self.take()
+        if token.kind == "paren" and token.text == "(":
+            inner = self.any_of()
+            close = self.take()
+            if close.text != ")":
+                raise self.fail(close, "expected ')'")
+            return inner
+        if token.kind != "word" or token.text.lower() in ("and", "or", "not"):
+            raise self.fail(token, "expected a field (e.g. lr), tag:NAME, group:ID or state:NAME"
+                            + (f", not {token.text!r}" if token.text else " here"))
+        key, sep, name = token.text.partition(":")
+        if sep:
+            if key not in KEYS or not name:
+                raise self.fail(token, f"unknown {token.text!r}: use tag:NAME, group:ID or state:NAME")
+            return _membership(key, name)
+        field = ALIASES.get(token.text, token.text)
+        if self.columns is not None and field not in self.columns:
+            raise self.fail(token, f"unknown field {token.text!r}; fields: {', '.join(sorted(self.columns))}")
+        op = self.take()
+        if op.kind != "op":
+            raise self.fail(op, f"expected a comparison (< <= > >= == !=) after {token.text!r}")
+        value = self.take()
+        if value.kind not in ("word", "string"):
+            raise self.fail(value, "expected a value (a number or a word)")
+        return _comparison(field, OPS[op.text], _value(value.text))
+
+
+def _value(text: str) -> float | str:
+    if text[:1] in "\"'":
+        return text[1:-1]
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _comparison(field: str, op: Callable, wanted: float | str) -> Predicate:
+    def test(row: Row) -> bool:
+        value = row.get(field)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return False  # a run without this value never matches (not even !=)
+        if isinstance(wanted, float):
+            try:
+                return bool(op(float(value), wanted))
+            except (TypeError, ValueError):
+                return False
+        return bool(op(str(value), wanted))
+
+    return test
+
+
+def _membership(key: str, name: str) -> Predicate:
+    def test(row: Row) -> bool:
+        if key == "state":
+            return str(row.get("state")) == name
+        if key == "group":
+            return str(row.get("group")) == name
+        tags = row.get("tags") or ()
+        return name in (tags.split(",") if isinstance(tags, str) else tags)
+
+    return test
+
+
+def parse_filter(text: str, columns: set[str] | None = None) -> Predicate:
+    """A predicate over one row of the runs table (a mapping), or FilterError. `columns`: the fields that exist
+    (unknown ones are refused by name); None accepts any."""
+    return _Parser(text or "", columns).parse()
+
+
+def filter_table(table, text: str):
+    """The rows of a runs table (pandas DataFrame) that `text` selects."""
+    keep = parse_filter(text, set(table.columns) | set(ALIASES))
+    if not len(table):
+        return table
+    return table[[keep(row) for row in table.to_dict("records")]]
