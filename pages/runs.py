@@ -7,6 +7,7 @@ from ui.navigation import ensure_navigation
 ensure_navigation()  # first, before PyTorch loads: see ui/navigation.py
 
 import io
+from pathlib import Path
 
 import numpy as np
 import streamlit as st
@@ -18,6 +19,7 @@ from brnn_core.data.drawings import MIN_FOR_ACCURACY
 from brnn_core.data.loading import load_dataset
 from brnn_core.runs.branch import branch_points, with_parents
 from brnn_core.runs.filter import FilterError, filter_table
+from brnn_core.runs.notes import MAX_NOTE, read_notes, write_notes
 from brnn_core.runs.rundir import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
 from brnn_core.training.drawing_mix import summary_line
@@ -56,7 +58,7 @@ shown["my_drawings_acc"] = [100 * s.accuracy if s else float("nan") for s in sco
 picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
                       column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "my_drawings_acc",
                                     "duration_s", "step", "epochs", "hidden", "layers", "head", "batch", "lr",
-                                    "optimizer", "device", "parent", "note"],
+                                    "optimizer", "device", "parent", "tags", "note", "problem"],
                       column_config={
                           "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
                           "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
@@ -108,6 +110,26 @@ def inspected_state(run_path: str, seen_state: str | None) -> None:
 
 
 st.fragment(run_every=LIVE_REFRESH_S if watching else None)(inspected_state)(str(run.path), status.get("state"))
+
+
+def on_save_notes(run_path: str, tags_key: str, note_key: str) -> None:
+    try:
+        write_notes(Path(run_path), tags=st.session_state[tags_key].split(","), note=st.session_state[note_key])
+    except (ValueError, OSError) as exc:
+        flash("error", f"Not saved: {exc}")
+        return
+    flash("success", "Tags and note saved.")
+
+
+with st.expander("Tags and note", icon=":material/sell:"):
+    notes = read_notes(run.path)
+    tags_key, note_key = f"tags_{run.id}", f"note_{run.id}"
+    st.text_input("Tags (comma-separated)", value=", ".join(notes.tags), key=tags_key,
+                  help="Short words (letters, digits, . _ -); the filter above finds them with tag:NAME. The same "
+                       "as `python -m brnn_core runs tag RUN --add NAME`.")
+    st.text_area("Note", value=notes.note, key=note_key, height=100, max_chars=MAX_NOTE,
+                 help="Free text, kept in the run folder (notes.json).")
+    st.button("Save tags and note", on_click=on_save_notes, args=(str(run.path), tags_key, note_key))
 branch_form(run, runs_dir, data_dir, key="runs_branch")
 
 

@@ -41,7 +41,7 @@ def test_one_damaged_file_leaves_the_listing_whole(tmp_path, finished, case):
     (bad.path / file).write_bytes(blob)
     table = RunIndex(runs_dir).table()
     assert set(table["run_id"]) == {GOOD, bad.id}
-    notes = dict(zip(table["run_id"], table["note"], strict=True))
+    notes = dict(zip(table["run_id"], table["problem"], strict=True))
     assert notes[GOOD] is None or notes[GOOD] != notes[GOOD]  # None or NaN: no note
     if file in ("config.json", "status.json"):  # the run says what is wrong with it
         assert file in notes[bad.id], notes

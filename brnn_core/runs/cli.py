@@ -1,4 +1,4 @@
-"""`python -m brnn_core runs list [--filter EXPR] [--format table|csv|json]`: the runs table from the shell."""
+"""`python -m brnn_core runs list | tag | note`: the runs table from the shell (filtered), tags and notes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 
 from brnn_core.runs.filter import FilterError, filter_table
 from brnn_core.runs.index import RunIndex
-from brnn_core.runs.rundir import RunError, default_runs_dir
+from brnn_core.runs.notes import change_tags, check_tag, write_notes
+from brnn_core.runs.rundir import RunError, default_runs_dir, resolve_run
 
 FORMATS = ("table", "csv", "json")
 TABLE_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "lr", "epochs", "best_val_acc", "test_acc"]
@@ -23,6 +24,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
     listing.add_argument("--format", default="table", choices=FORMATS)
     listing.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
     listing.set_defaults(func=cmd_list)
+    tag = what.add_parser("tag", help="add or remove tags of runs")
+    tag.add_argument("run", nargs="+", help="run ids (or folders)")
+    tag.add_argument("--add", action="append", default=[], metavar="TAG")
+    tag.add_argument("--remove", action="append", default=[], metavar="TAG")
+    tag.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
+    tag.set_defaults(func=cmd_tag)
+    note = what.add_parser("note", help="set a run's note (free text; '' clears it)")
+    note.add_argument("run", help="a run id (or folder)")
+    note.add_argument("text")
+    note.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
+    note.set_defaults(func=cmd_note)
     return runs
 
 
@@ -39,4 +51,37 @@ def cmd_list(args) -> int:
     else:
         shown = table[TABLE_COLUMNS]
         print(shown.to_string(index=False, na_rep="") if len(shown) else "no runs match")
+    return 0
+
+
+def _runs(args, refs: list[str]) -> list:
+    runs_dir = args.runs_dir or default_runs_dir()
+    try:  # every id is checked before anything is written
+        return [resolve_run(runs_dir, ref) for ref in refs]
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+
+
+def cmd_tag(args) -> int:
+    if not args.add and not args.remove:
+        raise RunError("say what to change: --add TAG and/or --remove TAG")
+    runs = _runs(args, args.run)
+    try:
+        for tag in args.add + args.remove:
+            check_tag(tag)
+        for run in runs:
+            notes = change_tags(run.path, args.add, args.remove)
+            print(f"{run.id}: {', '.join(notes.tags) or '(no tags)'}")
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+    return 0
+
+
+def cmd_note(args) -> int:
+    (run,) = _runs(args, [args.run])
+    try:
+        write_notes(run.path, note=args.text)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+    print(f"{run.id}: note {'saved' if args.text else 'cleared'}")
     return 0

@@ -22,18 +22,20 @@ import pandas as pd
 
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
+from brnn_core.runs.notes import NOTES_NAME, read_notes
 from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, config_damage, effective_status, readable_config
 from brnn_core.runs.status import RunStatus
 from brnn_core.states import ACTIVE_STATES
 
-FILES = ("config.json", "status.json", "metrics.csv")
+FILES = ("config.json", "status.json", "metrics.csv", NOTES_NAME)
 Signature = tuple[tuple[int, int, int] | None, ...]  # (mtime_ns, size, inode) of FILES, None for a missing file
 STORE_EVERY_S = 10.0  # the store is rewritten at most this often (a sweep's trials end one after another)
 SETTLE_NS = 1_000_000_000  # file times move in clock ticks (ms): a folder changed this recently is checked fully
 
 
 SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "batch", "lr", "optimizer",
-                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent", "note"]
+                   "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent", "problem",
+                   "tags", "note"]
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,9 @@ def summary_row(run_id: str, config: dict, status: dict, metrics: ValSummary, no
         "duration_s": round(float(ended) - float(started), 1) if started and ended else None,
         "device": config.get("device"),
         "parent": (config.get("parent") or {}).get("run_id"),  # a branch's parent run (branch.py)
-        "note": config.get("_damaged") or status.get("damaged"),  # what is wrong with a damaged run's files
+        "problem": config.get("_damaged") or status.get("damaged"),  # what is wrong with a damaged run's files
+        "tags": ",".join((config.get("_notes") or {}).get("tags") or []),
+        "note": (config.get("_notes") or {}).get("note") or "",  # the user's (runs/notes.py)
     }
 
 
@@ -191,7 +195,9 @@ def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
     metrics = path / "metrics.csv"
     lines, _ = read_complete_lines(metrics) if metrics.is_file() else ([], 0)  # /dev/full would never end
     status = path / "status.json"  # through the status schema: a damaged one reads as damaged, with its note
-    return Entry(files, dirs, _read_config(path / "config.json"),
+    notes = read_notes(path)  # kept in the entry's config as "_notes": the table's tags and note columns
+    config = {**_read_config(path / "config.json"), "_notes": {"tags": list(notes.tags), "note": notes.note}}
+    return Entry(files, dirs, config,
                  RunStatus.read(status).to_dict() if status.is_file() else {}, val_summary(lines), _checkpoints(path))
 
 

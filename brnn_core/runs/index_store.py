@@ -14,7 +14,7 @@ from pathlib import Path
 from brnn_core.fileio import atomic_write_json
 
 STORE_NAME = ".index.json"
-STORE_VERSION = 3  # bump when an Entry is read differently: older stores are read again
+STORE_VERSION = 4  # bump when an Entry is read differently: older stores are read again
 
 
 def load(path: Path, runs_dir: Path) -> dict[str, dict]:
