@@ -18,6 +18,7 @@ from brnn_core.data.datasets import DatasetError
 from brnn_core.data.drawings import MIN_FOR_ACCURACY
 from brnn_core.data.loading import load_dataset
 from brnn_core.runs.branch import branch_points, with_parents
+from brnn_core.runs.export import long_table
 from brnn_core.runs.filter import FilterError, filter_table
 from brnn_core.runs.notes import MAX_NOTE, read_notes, write_notes
 from brnn_core.runs.rundir import Run, RunError, delete_run
@@ -58,7 +59,7 @@ shown["my_drawings_acc"] = [100 * s.accuracy if s else float("nan") for s in sco
 picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
                       column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "my_drawings_acc",
                                     "duration_s", "step", "epochs", "hidden", "layers", "head", "batch", "lr",
-                                    "optimizer", "device", "parent", "tags", "note", "problem"],
+                                    "optimizer", "device", "parent", "group", "tags", "note", "problem"],
                       column_config={
                           "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
                           "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
@@ -69,6 +70,14 @@ picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode=
                           "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
                           "lr": st.column_config.NumberColumn("lr", format="%g"),
                       })
+export_cols = st.columns([1, 1, 3])
+if export_cols[0].button(f"Export these {len(table):,} runs", icon=":material/download:",
+                         help="Every metrics row of the runs shown (the filter's), with run id, seed group, tags and "
+                              "training settings as columns; the same as `python -m brnn_core runs export`."):
+    st.session_state["runs_export"] = long_table(runs_dir, table).to_csv(index=False).encode()
+if st.session_state.get("runs_export"):
+    export_cols[1].download_button("Download CSV", st.session_state["runs_export"], file_name="runs-metrics.csv",
+                                   mime="text/csv", on_click="ignore")
 rows = picked.selection.rows if picked else []
 with_data = table[table["step"].fillna(0) > 0]["run_id"]
 selected = [table.iloc[i]["run_id"] for i in rows] or list(with_data[:3])

@@ -1,11 +1,14 @@
-"""`python -m brnn_core runs list | tag | note`: the runs table from the shell (filtered), tags and notes."""
+"""`python -m brnn_core runs list | tag | note | export`: the runs table from the shell (filtered, or by seed
+group), tags and notes, and every metrics row of the selected runs in one file."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
+from brnn_core.runs.export import group_summary, long_table, write_table
 from brnn_core.runs.filter import FilterError, filter_table
 from brnn_core.runs.index import RunIndex
 from brnn_core.runs.notes import change_tags, check_tag, write_notes
@@ -22,6 +25,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     listing.add_argument("--filter", default="", metavar="EXPR",
                          help="e.g. 'val_accuracy > 0.97 and lr <= 0.01 and state:finished' (docs/cli.md)")
     listing.add_argument("--format", default="table", choices=FORMATS)
+    listing.add_argument("--groups", action="store_true",
+                         help="one row per seed group (runs that differ only in seed): n, mean and std")
     listing.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
     listing.set_defaults(func=cmd_list)
     tag = what.add_parser("tag", help="add or remove tags of runs")
@@ -35,21 +40,43 @@ def add_parser(sub) -> argparse.ArgumentParser:
     note.add_argument("text")
     note.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
     note.set_defaults(func=cmd_note)
+    export = what.add_parser("export", help="every metrics row of the selected runs as one CSV or Parquet table")
+    export.add_argument("--out", required=True, type=Path, help="FILE.csv or FILE.parquet")
+    export.add_argument("--filter", default="", metavar="EXPR", help="which runs (as runs list --filter)")
+    export.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
+    export.set_defaults(func=cmd_export)
     return runs
+
+
+def selected(runs_dir, text: str):
+    try:
+        return filter_table(RunIndex(runs_dir).table(), text)
+    except FilterError as exc:
+        raise RunError(f"the filter does not parse: {exc}") from None
+
+
+def cmd_export(args) -> int:
+    runs_dir = args.runs_dir or default_runs_dir()
+    if args.out.suffix.lower() not in (".csv", ".parquet"):
+        raise RunError(f"--out {args.out}: name a .csv or .parquet file")
+    table = selected(runs_dir, args.filter)
+    frame = long_table(runs_dir, table)
+    write_table(frame, args.out)
+    print(f"{len(frame):,} metrics rows of {len(table):,} runs -> {args.out}")
+    return 0
 
 
 def cmd_list(args) -> int:
     runs_dir = args.runs_dir or default_runs_dir()
-    try:
-        table = filter_table(RunIndex(runs_dir).table(), args.filter)
-    except FilterError as exc:
-        raise RunError(f"the filter does not parse: {exc}") from None
+    table = selected(runs_dir, args.filter)
+    if args.groups:
+        table = group_summary(table)
     if args.format == "csv":
         table.to_csv(sys.stdout, index=False)
     elif args.format == "json":
         print(json.dumps(table.astype(object).where(table.notna(), None).to_dict("records"), indent=2, default=str))
     else:
-        shown = table[TABLE_COLUMNS]
+        shown = table if args.groups else table[TABLE_COLUMNS]
         print(shown.to_string(index=False, na_rep="") if len(shown) else "no runs match")
     return 0
 

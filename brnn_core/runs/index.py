@@ -10,6 +10,7 @@ alive (a killed worker changes no file) and an active run's duration.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -35,7 +36,7 @@ SETTLE_NS = 1_000_000_000  # file times move in clock ticks (ms): a folder chang
 
 SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "batch", "lr", "optimizer",
                    "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent", "problem",
-                   "tags", "note"]
+                   "group", "tags", "note"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,12 @@ def val_summary(lines: list[str]) -> ValSummary:
     return out
 
 
+def seed_group(train: dict) -> str:
+    """The id shared by runs whose training settings differ only in `seed`: 8 hex digits of their hash."""
+    settings = {k: v for k, v in (train or {}).items() if k != "seed"}
+    return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
 def summary_row(run_id: str, config: dict, status: dict, metrics: ValSummary, now: float | None = None) -> dict:
     """One row of the runs table (SUMMARY_COLUMNS)."""
     tc = config.get("train", {})
@@ -142,6 +149,7 @@ def summary_row(run_id: str, config: dict, status: dict, metrics: ValSummary, no
         "device": config.get("device"),
         "parent": (config.get("parent") or {}).get("run_id"),  # a branch's parent run (branch.py)
         "problem": config.get("_damaged") or status.get("damaged"),  # what is wrong with a damaged run's files
+        "group": seed_group(tc),
         "tags": ",".join((config.get("_notes") or {}).get("tags") or []),
         "note": (config.get("_notes") or {}).get("note") or "",  # the user's (runs/notes.py)
     }
