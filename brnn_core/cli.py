@@ -1,4 +1,4 @@
-"""Command line: `python -m brnn_core train | evaluate | predict | teach | sweep | runs | bench`.
+"""Command line: `python -m brnn_core train | evaluate | predict | teach | lr-find | sweep | runs | bench`.
 
 Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failure.
 """
@@ -42,6 +42,7 @@ from brnn_core.runs.rundir import (
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
+from brnn_core.training import lr_find
 from brnn_core.training.engine import evaluate
 from brnn_core.training.session import train_run_dir
 from brnn_core.training.teach import TeachError, teach_config
@@ -129,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="datasets folder holding my-drawings/ (default $BRNN_DATA_DIR or ./data)")
     teach.set_defaults(func=cmd_teach)
 
+    lrf = sub.add_parser("lr-find", help="an lr range test on a throwaway copy of the model: loss against lr, "
+                                         "and a suggested peak lr")
+    lrf.add_argument("--config", help="JSON file of TrainConfig fields")
+    lrf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one field (repeatable)")
+    lrf.add_argument("--steps", type=int, default=lr_find.STEPS, help=f"steps of the test (default {lr_find.STEPS})")
+    lrf.add_argument("--out", type=Path, default=Path("lr-find.csv"), help="the curve: lr,loss,smoothed_loss")
+    lrf.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
+    lrf.set_defaults(func=cmd_lr_find)
+
     add_sweep_parser(sub)
     add_runs_parser(sub)
 
@@ -209,6 +219,23 @@ def resume_finished_problem(run, status: dict, live: dict) -> str | None:
     return (f"run {run.id} has finished its {done} epoch{'s' if done != 1 else ''}, so resuming it would only test "
             f"it again; to train it longer, resume with more epochs (--resume {run.id} --set epochs={done + 1}), "
             f"or branch a new run from it (--from {run.id})")
+
+
+def cmd_lr_find(args) -> int:
+    data_dir = args.data_dir or default_data_dir()
+    if not 10 <= args.steps <= 10_000:
+        raise BadInput(f"--steps {args.steps}: use 10 to 10,000 steps")
+    cfg = load_train_config(args.config, args.set, data_dir)
+    curve = lr_find.find_lr(cfg, data_dir, steps=args.steps, progress=lambda m: print(m, flush=True))
+    curve.write_csv(args.out)
+    how = "stopped when the loss exploded" if curve.stopped_early else "ran to the end of the range"
+    print(f"{len(curve.lrs)} steps, lr {curve.lrs[0]:.1e} to {curve.lrs[-1]:.1e} ({how}); curve: {args.out}")
+    if curve.suggestion is None:
+        print("no suggestion: the loss never fell over the range (try more --steps or another optimizer)")
+        return 0
+    print(f"suggested peak lr: {curve.suggestion:.2g} ({lr_find.RULE}); try it with "
+          f"--set lr={curve.suggestion:.2g}")
+    return 0
 
 
 def cmd_teach(args) -> int:
