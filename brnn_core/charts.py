@@ -319,3 +319,17 @@ def state_path_figure(path: np.ndarray, class_paths: np.ndarray, classes: list[s
     fig.update_layout(title="The digit's path through state space (last layer, forward)", height=380,
                       margin=dict(l=10, r=10, t=50, b=40), showlegend=False, uirevision="state_path")
     return fig
+
+
+def lr_find_figure(lrs: list[float], losses: list[float], smoothed: list[float], suggestion: float | None) -> go.Figure:
+    """The lr range test: loss against lr on a log axis, raw and smoothed, the suggested lr marked."""
+    fig = go.Figure([go.Scatter(x=lrs, y=losses, mode="lines", name="loss", line=dict(color="#cccccc", width=1)),
+                     go.Scatter(x=lrs, y=smoothed, mode="lines", name="smoothed", line=dict(color="#1f77b4"))])
+    if suggestion is not None:
+        fig.add_vline(x=suggestion, line_dash="dash", line_color="#d62728",
+                      annotation_text=f"suggested {suggestion:.2g}", annotation_position="top left")
+    fig.update_xaxes(type="log", title="learning rate")
+    fig.update_yaxes(title="training loss")
+    fig.update_layout(title="Learning-rate range test", height=320, margin=dict(l=10, r=10, t=50, b=40),
+                      legend=dict(orientation="h", y=-0.3), uirevision="lr_find")
+    return fig

@@ -24,6 +24,7 @@ from brnn_core.data.canvas import load_image
 from brnn_core.data.datasets import DATASETS, DatasetError, default_data_dir
 from brnn_core.data.loading import ensure_dataset, load_dataset
 from brnn_core.devices import amp_problem, device_problem, resolve_device
+from brnn_core.fileio import atomic_write_json
 from brnn_core.inference.predictor import Predictor
 from brnn_core.runs import worker_lock
 from brnn_core.runs.branch import create_planned, parse_from, plan_branch
@@ -228,6 +229,8 @@ def cmd_lr_find(args) -> int:
     cfg = load_train_config(args.config, args.set, data_dir)
     curve = lr_find.find_lr(cfg, data_dir, steps=args.steps, progress=lambda m: print(m, flush=True))
     curve.write_csv(args.out)
+    atomic_write_json(args.out.with_suffix(".json"), {"suggestion": curve.suggestion, "rule": lr_find.RULE,
+                                                     "stopped_early": curve.stopped_early, "steps": len(curve.lrs)})
     how = "stopped when the loss exploded" if curve.stopped_early else "ran to the end of the range"
     print(f"{len(curve.lrs)} steps, lr {curve.lrs[0]:.1e} to {curve.lrs[-1]:.1e} ({how}); curve: {args.out}")
     if curve.suggestion is None:

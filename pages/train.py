@@ -43,6 +43,7 @@ from ui.common import (
     show_flashes,
     state_label,
 )
+from ui.lr_finder import lr_finder_panel
 from ui.state import form_key, form_now, train_form
 from ui.warmup import predraw_progress
 
@@ -137,6 +138,7 @@ with left:
     for name, message in errors.items():
         if name in error_slots:
             error_slots[name].error(f"{labels[name]}: {message}", icon=":material/error:")
+    lr_finder_panel(config, runs_dir, data_dir, training=active)
 
 
 # ------------------------------------------------------------------ buttons

@@ -9,6 +9,10 @@ from streamlit.testing.v1 import AppTest
 from brnn_core.runs.rundir import list_runs
 
 
+def start_button(at):
+    return next(b for b in at.button if b.label == "Start training")
+
+
 def app() -> AppTest:
     return build_app().run()
 
@@ -122,7 +126,7 @@ def test_start_pause_resume_stop_a_real_worker(dirs):
     at.number_input(key="w_hidden_size").set_value(16)
     at.number_input(key="w_epochs").set_value(500)  # long enough to catch it running; stopped below
     at.run()
-    at.button[0].click().run()  # Start training
+    start_button(at).click().run()
     no_exception(at)
     assert any("Started run" in s.value for s in at.success)
     runs = list_runs(runs_dir)
@@ -178,7 +182,7 @@ def test_other_sessions_see_the_active_run_and_cannot_start_another(dirs):
     at.number_input(key="w_hidden_size").set_value(16)
     at.number_input(key="w_epochs").set_value(500)
     at.run()
-    at.button[0].click().run()
+    start_button(at).click().run()
     run = list_runs(runs_dir)[0]
     wait_for_state(run, ("loading", "running"))
     # A second browser session opens the page: it follows the active run and cannot start another.
@@ -198,7 +202,7 @@ def test_start_uses_values_changed_in_the_same_rerun(dirs):
     at = app()
     at.number_input(key="w_hidden_size").set_value(16)
     at.number_input(key="w_epochs").set_value(7)
-    at.button[0].click().run()
+    start_button(at).click().run()
     no_exception(at)
     run = list_runs(runs_dir)[0]
     assert run.config()["train"]["hidden_size"] == 16

@@ -1,0 +1,77 @@
+"""The Train page's **Find a learning rate**: `python -m brnn_core lr-find` on the form's settings as a background
+job, its progress, the loss against lr with the suggestion marked, and **Use this lr**, which fills the form."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from brnn_core import charts
+from brnn_core.config import TrainConfig
+from brnn_core.fileio import atomic_write_json, read_json
+from brnn_core.runs.jobs import spawn
+from ui.state import fill_train_form
+
+_JOB = "lr_find_job"
+FOLDER = ".lr-find"  # in the runs folder, beside the runs (not a run: nothing in it is listed)
+
+
+def _start(config: TrainConfig, runs_dir: Path, data_dir: Path) -> None:
+    folder = Path(runs_dir) / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    name = secrets.token_hex(4)
+    settings, out = folder / f"{name}-config.json", folder / f"{name}.csv"
+    atomic_write_json(settings, config.to_dict())
+    proc = spawn([sys.executable, "-m", "brnn_core", "lr-find", "--config", str(settings), "--out", str(out),
+                  "--data-dir", str(data_dir)], folder / f"{name}.log", dict(os.environ))
+    st.session_state[_JOB] = {"out": str(out), "log": str(folder / f"{name}.log"), "proc": proc}
+
+
+def _use(lr: float, data_dir: Path) -> None:
+    fill_train_form({"lr": float(f"{lr:.2g}")}, data_dir)
+
+
+def lr_finder_panel(config: TrainConfig | None, runs_dir: Path, data_dir: Path, *, training: bool) -> None:
+    """The button, then the running test's progress or its result."""
+    job = st.session_state.get(_JOB)
+    running = job is not None and job["proc"].poll() is None
+    st.button("Find a learning rate", icon=":material/query_stats:", disabled=config is None or running,
+              on_click=_start, args=(config, runs_dir, data_dir),
+              help="An lr range test on a throwaway copy of this model (a few hundred steps, the lr growing from "
+                   "1e-6 to 1): the loss against lr, and a suggested peak lr. Same as `python -m brnn_core lr-find`."
+                   + (" A run is training: the test shares the CPU with it." if training else ""))
+    if job is not None:
+        st.fragment(run_every=1.0 if running else None)(_result)(data_dir)
+
+
+def _result(data_dir: Path) -> None:
+    job = st.session_state.get(_JOB)
+    if job is None:
+        return
+    if job["proc"].poll() is None:
+        lines = Path(job["log"]).read_text(errors="replace").splitlines() if Path(job["log"]).is_file() else []
+        st.caption(f"Learning-rate range test: {lines[-1] if lines else 'starting…'}")
+        return
+    out = Path(job["out"])
+    summary = read_json(out.with_suffix(".json"))
+    if job["proc"].returncode != 0 or not isinstance(summary, dict) or not out.is_file():
+        tail = Path(job["log"]).read_text(errors="replace").strip().splitlines()[-1:] if Path(job["log"]).is_file() \
+            else []
+        st.error(f"The lr range test failed: {tail[0] if tail else 'no output'}")
+        return
+    curve = pd.read_csv(out)
+    suggestion = summary.get("suggestion")
+    st.plotly_chart(charts.lr_find_figure(list(curve["lr"]), list(curve["loss"]), list(curve["smoothed_loss"]),
+                                          suggestion), key="lr_find_chart", on_select="ignore")
+    if suggestion is None:
+        st.caption("No suggestion: the loss never fell over the range.")
+        return
+    st.caption(f"Suggested peak lr **{suggestion:.2g}**: {summary.get('rule')}. A starting point, not a promise: "
+               "check it with a run (or a few seeds).")
+    st.button(f"Use this lr ({suggestion:.2g})", on_click=_use, args=(suggestion, data_dir), key="lr_find_use")
+
