@@ -172,9 +172,14 @@ def test_tpe_sweep_picks_each_trial_from_the_results_so_far(runs_dir, data_dir, 
     no_ray_left(watch)
 
 
+BUDGET_EPOCHS = 100
+
+
 def test_time_budget_stops_trials_with_last_pt_and_resume_finishes_them(runs_dir, data_dir, tmp_path):
-    code, out, _ = run_sweep([*TINY, "--set", "epochs=40", "--search", "lr=grid:0.01,0.003", "--concurrency", "2",
-                              "--time-budget", "0.2"], runs_dir, data_dir, tmp_path / "sweep.log")
+    # 100 epochs: more than the two budgets below can train on any machine (a restored trial starts faster than
+    # a new one, so the second budget trains more epochs than the first)
+    code, out, _ = run_sweep([*TINY, "--set", f"epochs={BUDGET_EPOCHS}", "--search", "lr=grid:0.01,0.003",
+                              "--concurrency", "2", "--time-budget", "0.2"], runs_dir, data_dir, tmp_path / "sweep.log")
     assert code == 0, out
     sweep = the_sweep(runs_dir)
     assert sweep.info()["state"] == "stopped" and "time budget reached" in out, out
@@ -184,7 +189,7 @@ def test_time_budget_stops_trials_with_last_pt_and_resume_finishes_them(runs_dir
         assert run.last_ckpt.is_file() and "time budget of 0.2 min ran out" in run.status()["message"]
     stopped_at = {run.id: run.status()["epoch"] for run in sweep.trial_runs()}
     # a budget of its own for the continued part (counted from Tune's restore): it stops again, with that budget
-    # named. About as long as the first one, which ended every trial far from its 40 epochs on any machine;
+    # named. About as long as the first one, which ended every trial far from its last epoch on any machine;
     # a trial still restoring when it runs out does not start.
     code, out, _ = run_sweep(["--resume", sweep.id, "--time-budget", "0.25"], runs_dir, data_dir,
                              tmp_path / "resume-budget.log")
@@ -200,7 +205,7 @@ def test_time_budget_stops_trials_with_last_pt_and_resume_finishes_them(runs_dir
     assert code == 0, out
     assert sweep.info()["state"] == "finished" and sweep.info()["resume_budget_s"] is None
     for run in sweep.trial_runs():  # the stopped trials trained on from their last.pt to the end
-        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, 41))
+        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, BUDGET_EPOCHS + 1))
         assert not run.metrics()[["step", "split"]].duplicated().any()
     no_ray_left(watch)
 

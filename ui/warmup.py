@@ -16,10 +16,13 @@ import streamlit as st
 
 
 def first_paint() -> None:
-    """On a server's first page PyTorch is not loaded yet (seconds): say so instead of a blank page."""
+    """On a server's first page PyTorch is not loaded yet (seconds): say so instead of a blank page.
+
+    The slot is made on every run, empty after the first: a page whose elements moved by one place between
+    its first and second run would lose what the browser holds for them (an open expander closes)."""
+    box = st.empty()
     if "torch" in sys.modules:
         return
-    box = st.empty()
     box.info("Starting up: loading PyTorch, once per server…", icon=":material/hourglass_top:")
     import brnn_core.config  # noqa: F401 (torch and the model code: what every page imports first)
 
@@ -73,6 +76,7 @@ def predraw_progress(data_dir: Path) -> None:
     """While the pen-stroke copies are made: their progress, updated every second (a fragment); then nothing."""
     from brnn_core.data.predraw import last_progress
 
+    slot = st.container()  # always one element here, running or not: the page's next elements keep their place
     job = predraw(str(data_dir))
     if job is None or not job.running():
         return
@@ -85,4 +89,5 @@ def predraw_progress(data_dir: Path) -> None:
         st.progress(done / total if total else 0.0,
                     text=f"Getting {job.dataset} ready for its first run: {line}. A run started now waits for it.")
 
-    panel()
+    with slot:
+        panel()
