@@ -143,3 +143,16 @@ def zygote():
     z = Zygote()
     yield z
     z.close()
+
+
+@pytest.fixture(scope="session")
+def digit_png(tmp_path_factory) -> Path:
+    """A 28x28 PNG of a drawn 1 (white bar on black), for the CLI's predict."""
+    import numpy as np
+    from PIL import Image
+
+    img = np.zeros((28, 28), np.uint8)
+    img[4:24, 12:16] = 255
+    path = tmp_path_factory.mktemp("img") / "one.png"
+    Image.fromarray(img).save(path)
+    return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import json
 import math
 import os
 import shutil
@@ -263,6 +264,17 @@ def copy_run(run: Run, runs_dir: Path, run_id: str | None = None) -> Run:
     target = runs_dir / (run_id or run.id)
     shutil.copytree(run.path, target)
     return Run(target)
+
+
+def copies_with(run: Run, runs_dir: Path, suffix: str, trains: list[dict]) -> Path:
+    """Copies of `run` in `runs_dir`, one per dict of `trains`, each with those train settings changed in its
+    config.json (ids 2000010K-000000-mnist-sample-<suffix>0K, oldest first); returns runs_dir."""
+    for k, changes in enumerate(trains):
+        copy = copy_run(run, runs_dir, f"2000010{k + 1}-000000-mnist-sample-{suffix}0{k}")
+        config = json.loads(copy.config_path.read_text())
+        config["train"].update(changes)
+        copy.config_path.write_text(json.dumps(config))
+    return runs_dir
 
 
 def metric_lines(run: Run) -> list[bytes]:

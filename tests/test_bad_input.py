@@ -78,15 +78,6 @@ def assert_bad_input(result, *needles: str) -> None:
         assert needle in result.stderr, result.stderr
 
 
-@pytest.fixture(scope="module")
-def digit_png(tmp_path_factory) -> Path:
-    img = np.zeros((28, 28), np.uint8)
-    img[4:24, 12:16] = 255
-    path = tmp_path_factory.mktemp("img") / "one.png"
-    Image.fromarray(img).save(path)
-    return path
-
-
 def lying(checkpoint: Path, target: Path, **model_config) -> Path:
     """`checkpoint` re-saved with its header's model config changed (its tensors kept as they are)."""
     obj = torch.load(checkpoint, weights_only=True)

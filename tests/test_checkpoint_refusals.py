@@ -47,15 +47,6 @@ def good(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def digit_png(tmp_path_factory) -> Path:
-    img = np.zeros((28, 28), np.uint8)
-    img[4:24, 12:16] = 255
-    path = tmp_path_factory.mktemp("img") / "one.png"
-    Image.fromarray(img).save(path)
-    return path
-
-
 def bad_checkpoints(good: Path) -> dict[str, tuple[bytes, str]]:
     """name -> (file bytes, regex the message must match)."""
     raw = good.read_bytes()

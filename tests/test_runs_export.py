@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import copy_run, no_exception, open_page, run_cli
+from helpers import copies_with, no_exception, open_page, run_cli
 
 from brnn_core.runs.filter import filter_table
 from brnn_core.runs.index import RunIndex
@@ -17,13 +17,8 @@ from brnn_core.runs.index import RunIndex
 @pytest.fixture
 def seeds(tmp_path, finished):
     """Three copies of a run as seeds 0, 1, 2 of one config, and one of another lr."""
-    runs_dir = tmp_path / "runs"
-    for k, (seed, lr) in enumerate([(0, 0.01), (1, 0.01), (2, 0.01), (0, 0.003)]):
-        run = copy_run(finished, runs_dir, f"2000010{k + 1}-000000-mnist-sample-cc0{k}")
-        config = json.loads(run.config_path.read_text())
-        config["train"].update(seed=seed, lr=lr)
-        run.config_path.write_text(json.dumps(config))
-    return runs_dir
+    return copies_with(finished, tmp_path / "runs", "cc", [{"seed": seed, "lr": lr} for seed, lr in
+                                                           [(0, 0.01), (1, 0.01), (2, 0.01), (0, 0.003)]])
 
 
 def test_runs_that_differ_only_in_seed_share_a_group(seeds, tmp_path):

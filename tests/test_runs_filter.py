@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from helpers import copy_run, no_exception, open_page, run_cli
+from helpers import copies_with, no_exception, open_page, run_cli
 
 from brnn_core.runs.filter import FilterError, filter_table, parse_filter
 from brnn_core.runs.index import RunIndex
@@ -55,13 +55,9 @@ def test_bad_filters_point_at_the_bad_part(text, where, says):
 
 @pytest.fixture
 def three_runs(tmp_path, finished):
-    runs_dir = tmp_path / "runs"
-    for k, (lr, hidden) in enumerate([(0.01, 16), (0.003, 16), (0.001, 64)]):
-        run = copy_run(finished, runs_dir, f"2000010{k + 1}-000000-mnist-sample-aa0{k}")
-        config = json.loads(run.config_path.read_text())
-        config["train"].update(lr=lr, hidden_size=hidden)
-        run.config_path.write_text(json.dumps(config))
-    return runs_dir
+    return copies_with(finished, tmp_path / "runs", "aa", [{"lr": 0.01, "hidden_size": 16},
+                                                           {"lr": 0.003, "hidden_size": 16},
+                                                           {"lr": 0.001, "hidden_size": 64}])
 
 
 def test_a_runs_folder_filtered(three_runs, tmp_path):
