@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from helpers import build_app, no_exception, wait_for
 
-from brnn_core.inference.state_space import states_path
+from brnn_core.inference.state_space import activations_path, states_path
 from ui.inside import states_builder
 
 
@@ -47,9 +47,18 @@ def test_inside_the_lstm(finished, sample, tmp_path):
     assert len(at.get("plotly_chart")) == 3  # + the path through state space
     assert any("Nearest training digits" in c.value for c in at.caption)
     assert len(at.get("image")) >= 8  # the nearest training digits (and the matches)
-    assert any("units of the last layer's forward h are on" in c.value or "No unit of" in c.value
+    assert any("forward hidden state h are on" in c.value or "No unit of" in c.value for c in at.caption)
+    # the match follows the heatmap's layer, direction and quantity: another one is read once, in the background
+    at.selectbox(key="inside_layer").select(1)
+    at.selectbox(key="inside_quantity").select("forget").run()
+    no_exception(at)
+    assert any("values of this layer, direction and quantity once" in c.value for c in at.caption)
+    wait_for(lambda: activations_path(checkpoint, 0, "forward", "forget").is_file()
+             and not states_builder().jobs.pending(), 120, "the training digits' forget gates")
+    at.run()
+    assert any("layer 1's forward forget gate f are on" in c.value or "No unit of layer 1" in c.value
                for c in at.caption)
-    for quantity in ("c", "forget", "candidate"):
+    for quantity in ("c", "candidate"):
         at.selectbox(key="inside_quantity").select(quantity).run()
         no_exception(at, quantity)
     at.selectbox(key="inside_direction").select("backward").run()

@@ -86,3 +86,19 @@ def test_the_predictor_gives_none_for_a_blank_canvas_and_rows_for_a_digit(finish
     assert inside.rows == 28 and len(inside.layers) == predictor.checkpoint.model_config.num_layers
     drop = predictor.row_importance(digit)
     assert drop.shape == (28,) and (drop[digit.sum(axis=1) == 0] == 0).all()
+
+
+def test_a_batch_gives_each_image_its_own_internals():
+    from brnn_core.inference.internals import batch_internals
+
+    torch.manual_seed(3)
+    model = BiLSTM(ModelConfig(hidden_size=10, num_layers=2, input_scale="standard")).eval()
+    images = torch.rand(5, 28, 28)
+    batch = batch_internals(model, images)
+    for k in (0, 4):
+        one = lstm_internals(model, images[k])
+        for layer in range(2):
+            for direction in DIRECTIONS:
+                for quantity in QUANTITIES:
+                    torch.testing.assert_close(batch[layer][direction].get(quantity)[k],
+                                               one.layers[layer][direction].get(quantity), atol=1e-6, rtol=0)

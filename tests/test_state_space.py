@@ -78,3 +78,18 @@ def test_a_checkpoint_without_its_dataset_is_refused(tmp_path, finished):
     torch.save(ckpt, tmp_path / "bare.pt")
     with pytest.raises(ValueError, match="does not say which dataset"):
         build_for_checkpoint(tmp_path / "bare.pt", tmp_path)
+
+
+def test_matches_on_another_layer_and_quantity(built, sample):
+    from brnn_core.inference.internals import lstm_internals
+    from brnn_core.inference.state_space import activations_path, build_activations, load_activations
+
+    checkpoint, states, model = built
+    values = build_activations(checkpoint, 0, "backward", "forget")
+    assert activations_path(checkpoint, 0, "backward", "forget").is_file()
+    np.testing.assert_array_equal(load_activations(activations_path(checkpoint, 0, "backward", "forget")), values)
+    assert values.shape[:2] == (len(states.indices), 28) and ((values >= 0) & (values <= 1)).all()  # a gate
+    index = int(states.indices[5])
+    mine = lstm_internals(model, sample.train_x[index].float() / 255).layers[0]["backward"].forget.numpy()
+    units, found = states.matches(mine, "backward", (5, 20), threshold=0.5, theirs=values)
+    assert len(units) and found[0][0] == index and found[0][2] == pytest.approx(1.0)

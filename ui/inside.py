@@ -18,7 +18,14 @@ from brnn_core.data.datasets import DatasetError
 from brnn_core.inference.explain import BASELINES
 from brnn_core.inference.internals import DIRECTIONS, QUANTITIES, Internals
 from brnn_core.inference.predictor import Predictor
-from brnn_core.inference.state_space import TrainingStates, build_for_checkpoint, states_path
+from brnn_core.inference.state_space import (
+    TrainingStates,
+    activations_path,
+    build_activations,
+    build_for_checkpoint,
+    load_activations,
+    states_path,
+)
 from ui.background import BackgroundJobs
 
 QUANTITY_LABELS = {"h": "hidden state h", "c": "cell state c", "input": "input gate i", "forget": "forget gate f",
@@ -56,7 +63,7 @@ def inside_panel(predictor: Predictor, x: np.ndarray, top: int, checkpoint: str,
                    "on their own: look for bands across many. Rows that mattered: each row blanked in turn, how "
                    f"much P({predictor.classes[top]}) drops (negative: that row argued against it).")
 
-        state_space_section(predictor, inside, direction, top, checkpoint, data_dir)
+        state_space_section(predictor, inside, (layer, direction, quantity), top, checkpoint, data_dir)
 
         st.markdown("**Which pixels decided, and is that explanation worth anything?**")
         choose = st.columns([2, 2])
@@ -86,7 +93,9 @@ class StatesBuilder:
     """Builds a checkpoint's TrainingStates on a background thread (once per file); remembers why one failed."""
 
     def __init__(self):
-        self.jobs = BackgroundJobs("training-states")
+        # an activations job that fails leaves no file: the page asks again on a later stroke
+        self.jobs = BackgroundJobs("training-states", (CheckpointError, DatasetError, OSError, RuntimeError,
+                                                       ValueError))
         self.failed: dict[str, str] = {}
 
     def ask(self, checkpoint: str, data_dir: Path) -> None:
@@ -128,9 +137,33 @@ def training_states(checkpoint: str, data_dir: Path) -> TrainingStates | str:
             "nearest digits and the matches appear with your next stroke.")
 
 
-def state_space_section(predictor: Predictor, inside: Internals, direction: str, top: int, checkpoint: str,
-                        data_dir: Path) -> None:
-    """The digit's path over each class's mean path, its nearest training digits, and LSTMVis's match."""
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _activations(path: str, version: tuple[int, int]) -> np.ndarray | None:
+    return load_activations(Path(path))
+
+
+def training_activations(checkpoint: str, which: tuple[int, str, str]) -> np.ndarray | str:
+    """The training digits' `which` (layer from 0, direction, quantity), or a line saying it is being read."""
+    path = activations_path(Path(checkpoint), *which)
+    try:
+        stat = path.stat()
+        if stat.st_mtime >= Path(checkpoint).stat().st_mtime:
+            values = _activations(str(path), (stat.st_mtime_ns, stat.st_size))
+            if values is not None:
+                return values
+    except OSError:
+        pass
+    builder = states_builder()
+    builder.jobs.ask(str(path), lambda: build_activations(Path(checkpoint), *which))
+    return ("Reading the training digits' values of this layer, direction and quantity once, in the background: "
+            "the matches appear with your next stroke.")
+
+
+def state_space_section(predictor: Predictor, inside: Internals, chosen: tuple[int, str, str], top: int,
+                        checkpoint: str, data_dir: Path) -> None:
+    """The digit's path over each class's mean path, its nearest training digits, and LSTMVis's match on the
+    `chosen` (layer from 1, direction, quantity) of the heatmap above."""
+    layer, direction, quantity = chosen
     states = training_states(checkpoint, data_dir)
     st.markdown("**Where the digit goes, and which training digits it is like**")
     if isinstance(states, str):
@@ -152,13 +185,21 @@ def state_space_section(predictor: Predictor, inside: Internals, direction: str,
 
     band = st.slider("Rows", 0, 27, (10, 18), key="inside_band", help="Units on across these rows are matched.")
     threshold = st.slider("On above (mean h over the rows)", 0.0, 0.9, 0.3, 0.05, key="inside_threshold")
-    units, found = states.matches(last[direction].h.numpy(), direction, band, threshold)
+    theirs = None  # the last layer's h is in the stored states; anything else is read once, in the background
+    if (layer, quantity) != (len(inside.layers), "h"):
+        theirs = training_activations(checkpoint, (layer - 1, direction, quantity))
+        if isinstance(theirs, str):
+            st.caption(theirs)
+            return
+    mine = inside.layers[layer - 1][direction].get(quantity).numpy()
+    what = f"layer {layer}'s {direction} {QUANTITY_LABELS[quantity]}"
+    units, found = states.matches(mine, direction, band, threshold, theirs=theirs)
     if not len(units):
-        st.caption(f"No unit of the last layer's {direction} h is above {threshold:g} across rows {band[0]}-{band[1]}:"
-                   " lower the threshold or move the band.")
+        st.caption(f"No unit of {what} is above {threshold:g} across rows {band[0]}-{band[1]}: lower the threshold "
+                   "or move the band.")
         return
-    st.caption(f"{len(units)} units of the last layer's {direction} h are on across rows {band[0]}-{band[1]}. "
-               "Training digits whose same units are on there (share of on units in common):")
+    st.caption(f"{len(units)} units of {what} are on across rows {band[0]}-{band[1]}. Training digits whose same "
+               "units are on there (share of on units in common):")
     thumbnails([(i, label, f"{score:.0%}") for i, label, score in found], states, predictor.classes)
 
 

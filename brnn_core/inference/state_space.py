@@ -96,16 +96,18 @@ class TrainingStates:
         order = np.argsort(distance, kind="stable")[:k]
         return [Neighbour(int(self.indices[i]), int(self.labels[i]), float(distance[i])) for i in order]
 
-    def matches(self, h: np.ndarray, direction: str, rows: tuple[int, int], threshold: float,
-                k: int = 8) -> tuple[np.ndarray, list[tuple[int, int, float]]]:
-        """LSTMVis's match: the units whose mean h over `rows` (inclusive) is above `threshold` for the drawn
-        digit's h (T, H) in `direction`, and the k training digits whose same units are on there (Jaccard
-        similarity of the two sets of on units): (units on, [(index, label, similarity)])."""
+    def matches(self, h: np.ndarray, direction: str, rows: tuple[int, int], threshold: float, k: int = 8,
+                theirs: np.ndarray | None = None) -> tuple[np.ndarray, list[tuple[int, int, float]]]:
+        """LSTMVis's match: the units whose mean value over `rows` (inclusive) is above `threshold` for the
+        drawn digit's values (T, H), and the k training digits whose same units are on there (Jaccard
+        similarity of the two sets of on units): (units on, [(index, label, similarity)]). `theirs`: the
+        training digits' same quantity (N, T, H) (`activations`); default the last layer's h in `direction`."""
         hidden = self.h.shape[2] // 2
-        part = slice(0, hidden) if direction == "forward" else slice(hidden, 2 * hidden)
+        if theirs is None:
+            theirs = self.h[:, :, slice(0, hidden) if direction == "forward" else slice(hidden, 2 * hidden)]
         a, b = sorted(rows)
         mine = np.asarray(h, dtype=np.float32)[a:b + 1].mean(axis=0)  # (H,)
-        means = self.h[:, a:b + 1, part].astype(np.float32).mean(axis=1)  # (N, H)
+        means = theirs[:, a:b + 1].astype(np.float32).mean(axis=1)  # (N, H)
         on, theirs = mine > threshold, means > threshold
         union = (theirs | on).sum(axis=1)
         score = np.where(union > 0, (theirs & on).sum(axis=1) / np.maximum(union, 1), 0.0)
@@ -130,6 +132,39 @@ def build_for_checkpoint(checkpoint: Path, data_dir: Path) -> TrainingStates:
     states = TrainingStates.build(ckpt.build_model("cpu"), ds.train_x, ds.train_y, len(ckpt.classes))
     states.save(states_path(checkpoint))
     return states
+
+
+def activations_path(checkpoint: Path, layer: int, direction: str, quantity: str) -> Path:
+    """Where the training digits' `quantity` of `layer` (0-based) and `direction` is kept beside `checkpoint`."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(f"{checkpoint.name}.states-l{layer}-{direction}-{quantity}.npy")
+
+
+def build_activations(checkpoint: Path, layer: int, direction: str, quantity: str) -> np.ndarray:
+    """The stored training digits' (TrainingStates.images) `quantity` (N, T, H), computed from the checkpoint's
+    weights (inference.internals) and kept beside it as float16."""
+    import io
+
+    from brnn_core.checkpoint import load_checkpoint
+    from brnn_core.inference.internals import batch_internals
+
+    states = TrainingStates.load(states_path(checkpoint))
+    if states is None:
+        raise ValueError(f"{checkpoint} has no training states yet")
+    model = load_checkpoint(checkpoint).build_model("cpu").eval()
+    cells = batch_internals(model, torch.from_numpy(states.images).float() / 255)[layer][direction]
+    values = cells.get(quantity).numpy().astype(np.float16)
+    blob = io.BytesIO()
+    np.save(blob, values)
+    atomic_write(activations_path(checkpoint, layer, direction, quantity), lambda fh: fh.write(blob.getvalue()))
+    return values
+
+
+def load_activations(path: Path) -> np.ndarray | None:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
 
 
 @torch.no_grad()
