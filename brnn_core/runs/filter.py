@@ -83,18 +83,18 @@ class _Parser:
         return predicate
 
     def any_of(self) -> Predicate:
-        parts = [self.all_of()]
-        while self.peek().kind == "word" and self.peek().text.lower() == "or":
-            self.take()
-            parts.append(self.all_of())
-        return parts[0] if len(parts) == 1 else (lambda row: any(p(row) for p in parts))
+        return self._joined("or", self.all_of, any)
 
     def all_of(self) -> Predicate:
-        parts = [self.negation()]
-        while self.peek().kind == "word" and self.peek().text.lower() == "and":
+        return self._joined("and", self.negation, all)
+
+    def _joined(self, word: str, part: Callable[[], Predicate], combine: Callable) -> Predicate:
+        """`part (word part)*`: the parts' predicates combined with `combine` (any for or, all for and)."""
+        parts = [part()]
+        while self.peek().kind == "word" and self.peek().text.lower() == word:
             self.take()
-            parts.append(self.negation())
-        return parts[0] if len(parts) == 1 else (lambda row: all(p(row) for p in parts))
+            parts.append(part())
+        return parts[0] if len(parts) == 1 else (lambda row: combine(p(row) for p in parts))
 
     def negation(self) -> Predicate:
         if self.peek().kind == "word" and self.peek().text.lower() == "not":
