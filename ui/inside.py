@@ -124,11 +124,12 @@ def training_states(checkpoint: str, data_dir: Path) -> TrainingStates | str:
     path = states_path(Path(checkpoint))
     try:
         stat = path.stat()
-        states = _states(str(path), (stat.st_mtime_ns, stat.st_size))
+        if Path(checkpoint).stat().st_mtime <= stat.st_mtime:  # not older than the checkpoint it describes
+            states = _states(str(path), (stat.st_mtime_ns, stat.st_size))
+            if states is not None:
+                return states
     except OSError:
-        states = None
-    if states is not None and Path(checkpoint).stat().st_mtime <= path.stat().st_mtime:
-        return states
+        pass
     builder = states_builder()
     if checkpoint in builder.failed:
         return f"No training digits to compare with: {builder.failed[checkpoint]}"
