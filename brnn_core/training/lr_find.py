@@ -76,7 +76,7 @@ def range_test(model: BiLSTM, optimizer: torch.optim.Optimizer, x: torch.Tensor,
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
             schedule.step()
-            value = float(loss)
+            value = float(loss.detach())
             average = BETA * average + (1 - BETA) * value
             smooth = average / (1 - BETA ** (k + 1))
             lrs.append(lr)
