@@ -19,17 +19,33 @@ from ui.state import fill_train_form
 
 _JOB = "lr_find_job"
 FOLDER = ".lr-find"  # in the runs folder, beside the runs (not a run: nothing in it is listed)
+KEPT = 10  # the newest tests' files stay (another browser session may still be showing one); older ones go
 
 
 def _start(config: TrainConfig, runs_dir: Path, data_dir: Path) -> None:
     folder = Path(runs_dir) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
+    tidy(folder)
     name = secrets.token_hex(4)
     settings, out = folder / f"{name}-config.json", folder / f"{name}.csv"
     atomic_write_json(settings, config.to_dict())
     proc = spawn([sys.executable, "-m", "brnn_core", "lr-find", "--config", str(settings), "--out", str(out),
                   "--data-dir", str(data_dir)], folder / f"{name}.log", dict(os.environ))
     st.session_state[_JOB] = {"out": str(out), "log": str(folder / f"{name}.log"), "proc": proc}
+
+
+def tidy(folder: Path, keep: int = KEPT) -> None:
+    """Remove the files of all but the `keep` newest tests (config, curve, summary and log share a test's name)."""
+    def test_name(path: Path) -> str:
+        return path.name.split("-")[0].split(".")[0]
+
+    newest: dict[str, float] = {}
+    for path in folder.iterdir():
+        newest[test_name(path)] = max(newest.get(test_name(path), 0.0), path.stat().st_mtime)
+    old = set(sorted(newest, key=newest.get, reverse=True)[keep:])
+    for path in folder.iterdir():
+        if test_name(path) in old:
+            path.unlink(missing_ok=True)
 
 
 def _use(lr: float, data_dir: Path) -> None:
