@@ -7,10 +7,12 @@ figure sets `uirevision`, so a redraw with new points keeps the user's zoom and 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -133,25 +135,101 @@ def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr", plan: tuple[list[i
     return note_if_empty(fig, "waiting for the first logged steps…")
 
 
+@dataclass(frozen=True)
+class GroupCurve:
+    """A group's curve: at each x every run has logged, the mean and sample std across its runs."""
+
+    x: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray  # NaN where fewer than two runs have the point (a band of one run is no band)
+    n: int  # runs behind it
+
+    @property
+    def lower(self) -> np.ndarray:
+        return self.mean - self.std
+
+    @property
+    def upper(self) -> np.ndarray:
+        return self.mean + self.std
+
+
+def group_curve(series: Iterable[tuple[Sequence[float], Sequence[float]]]) -> GroupCurve | None:
+    """Mean and std per x of several runs' (x, y) curves, on the x values every run has: a seed that is still
+    training (or stopped early) shortens the band instead of leaving fewer runs behind its end, where the mean
+    would jump. A run logging one x twice counts its last value. None when no run has a point."""
+    frames = [pd.Series(np.asarray(y, dtype=float), index=np.asarray(x, dtype=float)).groupby(level=0).last()
+              for x, y in series if len(x)]
+    if not frames:
+        return None
+    common = frames[0].index
+    for frame in frames[1:]:
+        common = common.intersection(frame.index)
+    common = common.sort_values()
+    stack = np.vstack([frame.loc[common].to_numpy() for frame in frames])
+    std = stack.std(axis=0, ddof=1) if len(frames) > 1 else np.full(len(common), np.nan)
+    return GroupCurve(common.to_numpy(), stack.mean(axis=0), std, len(frames))
+
+
+COLOURS = plotly.colors.qualitative.Plotly  # one per overlaid run or group, in order: a band takes its mean's
+
+
+def _curve(metrics: pd.DataFrame, what: str, smoothing: float) -> tuple[pd.Series, np.ndarray] | None:
+    """A run's (x, y) on a compare chart: smoothed training loss by step, or validation loss by epoch."""
+    part = metrics[metrics["split"] == ("train" if what == "train" else "val")]
+    if not len(part):
+        return None
+    if what == "train":
+        return part["step"], ema(part["loss"], smoothing)
+    return part["epoch"], part["loss"].to_numpy(dtype=float)
+
+
+def _translucent(colour: str, alpha: float = 0.2) -> str:
+    r, g, b = plotly.colors.hex_to_rgb(colour)
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def add_group(fig: go.Figure, name: str, curve: GroupCurve, colour: str, *, log_y: bool = False) -> None:
+    """A group as its mean line and a ±1 std band of the same colour, translucent: the lower edge, then the
+    upper edge filled down to it ('tonexty' fills to the trace before). On a log axis the lower edge stops three
+    decades under the mean (mean - std may reach 0, which a log axis cannot draw). A group whose runs have no
+    point in common draws nothing."""
+    if not len(curve.x):
+        return
+    lower = np.maximum(curve.lower, curve.mean * 1e-3) if log_y else curve.lower
+    band = dict(mode="lines", line=dict(width=0, color=colour), legendgroup=name, showlegend=False, hoverinfo="skip")
+    if curve.n > 1:
+        fig.add_scatter(x=curve.x, y=lower, name=f"{name} − std", **band)
+        fig.add_scatter(x=curve.x, y=curve.upper, name=f"{name} + std", fill="tonexty",
+                        fillcolor=_translucent(colour), **band)
+    fig.add_scatter(x=curve.x, y=curve.mean, name=f"{name} mean ± std (n={curve.n})", mode="lines",
+                    line=dict(color=colour, width=2), legendgroup=name, customdata=curve.std,
+                    hovertemplate="%{y:.4f} ± %{customdata:.4f}")
+
+
 def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, what: str = "train",
-                   log_y: bool = False, branches: Iterable = ()) -> go.Figure:
+                   log_y: bool = False, branches: Iterable = (),
+                   groups: dict[str, dict[str, pd.DataFrame]] | None = None) -> go.Figure:
     """Overlay several runs: smoothed training loss by step, or validation loss by epoch.
 
+    `groups` (name -> {run id: metrics}) draws each seed group as its mean with a ±1 std band (add_group;
+    each run smoothed first, so the band is the spread between seeds, not batch noise), before the runs.
     A branch continues its parent's step (and epoch) axis, so parent and child share the x axis;
     `branches` (branch.BranchPoint: child, parent, checkpoint, step, epoch) marks where each
     child in `curves` leaves its parent with a dashed line, labelled."""
     title = "Training loss (smoothed)" if what == "train" else "Validation loss"
     fig = _figure(title, "compare-" + what, x_title="step" if what == "train" else "epoch", y_title="loss",
                   log_y=log_y)
+    colours = iter(COLOURS * (1 + (len(curves) + len(groups or {})) // len(COLOURS)))
+    for name, members in (groups or {}).items():
+        curve = group_curve(c for c in (_curve(m, what, smoothing) for m in members.values()) if c is not None)
+        colour = next(colours)
+        if curve is not None:
+            add_group(fig, name, curve, colour, log_y=log_y)
     for name, metrics in curves.items():
-        if what == "train":
-            part = metrics[metrics["split"] == "train"]
-            if len(part):
-                fig.add_scatter(x=part["step"], y=ema(part["loss"], smoothing), name=name, mode="lines")
-        else:
-            part = metrics[metrics["split"] == "val"]
-            if len(part):
-                fig.add_scatter(x=part["epoch"], y=part["loss"], name=name, mode="lines+markers")
+        curve, colour = _curve(metrics, what, smoothing), next(colours)
+        if curve is not None:
+            fig.add_scatter(x=curve[0], y=curve[1], name=name, mode="lines" if what == "train" else "lines+markers",
+                            line=dict(color=colour))
     if fig.data:
         for point in branches:
             if point.child in curves:

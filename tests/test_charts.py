@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import plotly.colors
 
 from brnn_core import charts
 from brnn_core.runs.rundir import METRIC_COLUMNS
@@ -113,3 +114,55 @@ def test_epoch_axes_keep_their_ticks_apart_on_long_runs():
         assert figure.layout.xaxis.dtick in (5, 10)
     short = charts.epoch_loss_figure(metrics[metrics["epoch"] <= 3])
     assert short.layout.xaxis.dtick == 1
+
+
+def test_group_curve_is_the_mean_and_sample_std_on_the_steps_every_run_has():
+    curve = charts.group_curve([([1, 2, 3], [1.0, 2.0, 3.0]),
+                                ([1, 2, 3, 4], [3.0, 4.0, 5.0, 9.0]),  # a step the others lack: left out
+                                ([1, 2, 2, 3], [2.0, 0.0, 3.0, 4.0])])  # step 2 logged twice: the last counts
+    assert curve.n == 3
+    assert list(curve.x) == [1, 2, 3]
+    np.testing.assert_allclose(curve.mean, [2.0, 3.0, 4.0])
+    np.testing.assert_allclose(curve.std, [1.0, 1.0, 1.0])  # ddof=1: sqrt(((1)^2 + 0 + (1)^2) / 2)
+    np.testing.assert_allclose(curve.lower, [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(curve.upper, [3.0, 4.0, 5.0])
+    alone = charts.group_curve([([5, 6], [0.5, 0.25]), ([], [])])  # a run without points does not count
+    assert alone.n == 1 and np.isnan(alone.std).all() and list(alone.mean) == [0.5, 0.25]
+    assert charts.group_curve([([], [])]) is None
+
+
+def seed_metrics(offset: float) -> pd.DataFrame:
+    """A run's metrics: 4 train points and 2 validation points, its losses shifted by `offset`."""
+    rows = [(s, s / 4, "train", 2.0 - s / 4 + offset, None, 0.01, 100.0, float(s)) for s in (1, 2, 3, 4)]
+    rows += [(2 * e, e, "val", 1.5 - e / 4 + offset, 0.5, 0.01, None, float(e)) for e in (1, 2)]
+    return metrics_frame(rows)
+
+
+def test_compare_figure_draws_a_group_as_its_mean_inside_a_translucent_band():
+    group = {"a": seed_metrics(0.0), "b": seed_metrics(0.2), "c": seed_metrics(0.4)}
+    fig = charts.compare_figure({"single": seed_metrics(1.0)}, smoothing=0.0, what="train", groups={"g1": group})
+    lower, upper, mean, single = fig.data
+    assert mean.name == "g1 mean ± std (n=3)" and single.name == "single"
+    assert upper.fill == "tonexty" and lower.fill is None  # the band fills from the upper edge down to the lower
+    colour = mean.line.color
+    assert lower.line.color == upper.line.color == colour != single.line.color
+    r, g, b = plotly.colors.hex_to_rgb(colour)
+    assert upper.fillcolor == f"rgba({r},{g},{b},0.2)"
+    assert not lower.showlegend and not upper.showlegend and mean.showlegend is not False
+    np.testing.assert_allclose(mean.y, [1.95, 1.7, 1.45, 1.2])  # 2 - s/4 + mean offset 0.2
+    np.testing.assert_allclose(np.asarray(upper.y) - np.asarray(mean.y), 0.2)  # std of 0, 0.2, 0.4
+    np.testing.assert_allclose(np.asarray(mean.y) - np.asarray(lower.y), 0.2)
+    val = charts.compare_figure({}, what="val", groups={"g1": group})
+    assert list(val.data[2].x) == [1, 2]  # validation by epoch
+    np.testing.assert_allclose(val.data[2].y, [1.45, 1.2])
+
+
+def test_a_group_band_is_smoothed_per_run_and_stays_positive_on_a_log_axis():
+    group = {"a": seed_metrics(0.0), "b": seed_metrics(0.0), "c": seed_metrics(10.0)}  # std 5.8 > mean 5.1
+    fig = charts.compare_figure({}, smoothing=0.5, what="train", groups={"g": group}, log_y=True)
+    lower, upper, mean = fig.data
+    smoothed = [charts.ema(m[m.split == "train"]["loss"], 0.5) for m in group.values()]
+    np.testing.assert_allclose(mean.y, np.mean(smoothed, axis=0))
+    assert (np.asarray(lower.y) > 0).all()
+    np.testing.assert_allclose(lower.y, np.asarray(mean.y) * 1e-3)
+    assert fig.layout.yaxis.type == "log"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from brnn_core.runs.groups import spread
 from brnn_core.runs.rundir import Run
 
 FORMATS = {".csv": "csv", ".parquet": "parquet"}
@@ -56,8 +57,7 @@ def group_summary(table: pd.DataFrame) -> pd.DataFrame:
         row = {"group": group, "n": len(runs), "runs": " ".join(runs["run_id"]),
                "dataset": runs["dataset"].iloc[0], "hidden": runs["hidden"].iloc[0], "lr": runs["lr"].iloc[0]}
         for metric in GROUP_METRICS:
-            values = pd.to_numeric(runs[metric], errors="coerce").dropna()
-            row[f"{metric}_mean"] = values.mean() if len(values) else float("nan")
-            row[f"{metric}_std"] = values.std(ddof=1) if len(values) > 1 else float("nan")
+            summary = spread(runs[metric])
+            row[f"{metric}_mean"], row[f"{metric}_std"] = summary.mean, summary.std
         rows.append(row)
     return pd.DataFrame(rows)

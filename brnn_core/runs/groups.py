@@ -1,0 +1,111 @@
+"""Seed groups (runs whose training settings differ only in seed, index.seed_group) seen as one: a runs table
+folded to one row per group with the mean ± std of its final metrics (the Runs page), and the spread itself
+(the sample std, ddof=1), which `runs list --groups` prints too. Its curves' band is charts.group_curve."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Spread:
+    mean: float  # NaN without a value
+    std: float  # sample std; NaN with fewer than two values
+    n: int  # the values it was computed from (NaN values left out)
+
+    def text(self, digits: int = 2) -> str:
+        """'97.10 ± 0.30'; one value alone without '±'; none: ''."""
+        if self.n == 0:
+            return ""
+        if self.n == 1:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
+
+
+def spread(values: Iterable) -> Spread:
+    """Mean and sample std of the finite numbers among `values` (text, None and NaN are left out)."""
+    numbers = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").astype(float)
+    numbers = numbers[np.isfinite(numbers)]
+    n = len(numbers)
+    return Spread(float(numbers.mean()) if n else float("nan"), float(numbers.std(ddof=1)) if n > 1 else float("nan"),
+                  n)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A runs table with each seed group of two or more runs as one row."""
+
+    table: pd.DataFrame  # the rows, with an `n` column (runs behind each row)
+    members: list[tuple[str, ...]]  # the run ids behind each row, in the table's order
+
+    def picked(self, rows: Iterable[int], with_data: Collection[str], default: int = 3
+               ) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+        """The single runs and the groups (group id -> run ids) on the selected `rows`; with none selected, those
+        of the first `default` rows that have a run in `with_data` (what an overlay shows unasked)."""
+        rows = list(rows) or [k for k, ids in enumerate(self.members) if set(ids) & set(with_data)][:default]
+        singles = [self.members[k][0] for k in rows if len(self.members[k]) == 1]
+        groups = {str(self.table["group"].iloc[k]): self.members[k] for k in rows if len(self.members[k]) > 1}
+        return singles, groups
+
+
+def unfolded(table: pd.DataFrame) -> Folded:
+    """`table` as it is, one run a row (seeds not grouped)."""
+    return Folded(table.assign(n=1), [(run_id,) for run_id in table["run_id"]])
+
+
+def _members(table: pd.DataFrame) -> list[tuple[str, ...]]:
+    """The run ids of each row-to-be, in the order of each group's first run. A damaged run (a `problem`) stays
+    alone: its settings may be unreadable, and its problem must show on a row of its own."""
+    problem = table["problem"] if "problem" in table else pd.Series("", index=table.index)
+    rows: dict[str, list[str]] = {}
+    for run_id, group, issue in zip(table["run_id"], table["group"], problem, strict=True):
+        damaged = isinstance(issue, str) and issue != ""
+        rows.setdefault(f"run:{run_id}" if damaged or not isinstance(group, str) else group, []).append(run_id)
+    return [tuple(ids) for ids in rows.values()]
+
+
+def has_groups(table: pd.DataFrame) -> bool:
+    """True when folding `table` would put two or more runs on one row."""
+    return not table.empty and any(len(ids) > 1 for ids in _members(table))
+
+
+def _common(values: pd.Series, name: str):
+    """What a folded row shows in a column that is not a spread: the one value all runs share, else the mean of
+    numbers, a count of states, the union of tags, or the distinct texts."""
+    present = values[values.notna()]
+    distinct = list(dict.fromkeys(present))
+    if len(distinct) <= 1 and len(present) == len(values):
+        return distinct[0] if distinct else values.iloc[0]
+    if name == "state":
+        return " · ".join(f"{n} {state}" for state, n in present.value_counts().items())
+    if name == "tags":
+        return ",".join(sorted({t for text in present for t in str(text).split(",") if t}))
+    if pd.api.types.is_numeric_dtype(values):
+        return float(present.mean()) if len(present) else float("nan")
+    return ", ".join(str(v) for v in distinct if str(v))
+
+
+def fold_groups(table: pd.DataFrame, spread_columns: Sequence[str], digits: int = 2,
+                totals: Sequence[str] = ()) -> Folded:
+    """`table` (a runs table, newest first) with each seed group of two or more runs as one row: run_id reads
+    'group ID · N runs', `spread_columns` hold 'mean ± std' text (every row's, so a column has one type),
+    `totals` the sum over the runs (sizes), the other columns what `_common` says. Groups sit where their newest
+    run was."""
+    members = _members(table)
+    by_id = table.set_index("run_id", drop=False)
+    rows = []
+    for ids in members:
+        runs = by_id.loc[list(ids)]
+        row = {name: _common(runs[name], name) for name in table.columns}
+        if len(ids) > 1:
+            row["run_id"] = f"group {runs['group'].iloc[0]} · {len(ids)} runs"
+        for name in spread_columns:
+            row[name] = spread(runs[name]).text(digits)
+        for name in (t for t in totals if t in table.columns):
+            row[name] = pd.to_numeric(runs[name], errors="coerce").sum(min_count=1)
+        rows.append({**row, "n": len(ids)})
+    return Folded(pd.DataFrame(rows, columns=[*table.columns, "n"]), members)
