@@ -1,0 +1,168 @@
+"""The run queue's turn-taking (brnn_core.runs.queue) without training: device slots, first come first served,
+N GPUs taking N runs, the place-in-line message, cancelling, and --seeds / Seeds text that is refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import TINY, make_run, wait_for
+
+from brnn_core import cli
+from brnn_core.runs import lifecycle, queue
+from brnn_core.runs.queue import Entry, Machine, View, open_slots, place, slots_for
+from brnn_core.runs.rundir import list_runs
+from brnn_core.runs.seeds import SeedsError, parse_seeds
+
+TWO_GPUS = Machine(gpus=2)
+
+
+def test_which_slots_a_device_setting_may_take():
+    assert slots_for("auto", Machine()) == ("cpu",)
+    assert slots_for("auto", Machine(mps=True)) == ("mps",)
+    assert slots_for("auto", TWO_GPUS) == ("cuda-0", "cuda-1")
+    assert slots_for("cuda", TWO_GPUS) == ("cuda-0", "cuda-1")
+    assert slots_for("cuda:1", TWO_GPUS) == ("cuda-1",)
+    assert slots_for("cpu", TWO_GPUS) == ("cpu",)  # the CPU is a device of its own beside the GPUs
+    assert slots_for("../../etc", Machine()) == ("etc",)  # always a plain file name under .devices/
+    assert [queue.slot_device(s) for s in ("cuda-1", "cpu", "mps")] == ["cuda:1", "cpu", "mps"]
+
+
+def test_first_come_first_served_per_slot():
+    old_cpu, old_gpu1 = Entry("a", 1.0, ("cpu",)), Entry("b", 2.0, ("cuda-1",))
+    me_auto = Entry("c", 3.0, ("cuda-0", "cuda-1"))
+    view = View((old_cpu, old_gpu1, me_auto), {"cpu": "t"})
+    assert open_slots(me_auto, view) == ("cuda-0",)  # the older run waits for cuda-1; cuda-0 is nobody's turn
+    assert open_slots(old_gpu1, view) == ("cuda-1",)
+    me_cpu = Entry("d", 4.0, ("cpu",))
+    assert open_slots(me_cpu, View((*view.waiting, me_cpu), view.holders)) == ()  # behind run a
+    assert place(me_cpu, View((*view.waiting, me_cpu), view.holders)) == "queued: 2nd in line, behind run a on cpu"
+    assert place(old_cpu, view) == "queued: 1st in line, behind run t on cpu"
+    assert place(old_cpu, view, "sweep s is running") == "queued: 1st in line, for cpu: sweep s is running"
+    assert [queue.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 21, 22)] == \
+        ["1st", "2nd", "3rd", "4th", "11th", "12th", "21st", "22nd"]
+
+
+def test_a_slot_is_held_by_one_holder_and_freed_when_its_process_dies(runs_dir):
+    held = queue.try_take(runs_dir, "cpu")
+    assert held is not None and queue.try_take(runs_dir, "cpu") is None
+    assert queue.try_take(runs_dir, "cuda-0") is not None  # another device: its own slot
+    held.release()
+    again = queue.try_take(runs_dir, "cpu")
+    assert again is not None
+    again.release()
+    # another process takes it and is killed: the kernel drops the lock, the next taker gets it
+    code = ("import sys, time; from brnn_core.runs import queue; "
+            "lock = queue.try_take(sys.argv[1], 'cpu'); print('held' if lock else 'busy', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(runs_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        assert queue.try_take(runs_dir, "cpu") is None
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert wait_for(lambda: queue.try_take(runs_dir, "cpu"), 10, "the killed holder's slot to be free")
+
+
+def polls_then_cancel(n: int):
+    """A `cancelled` check that lets the queue look `n` times, then cancels (as a stop sent to the run)."""
+    count = {"polls": 0}
+
+    def check() -> None:
+        count["polls"] += 1
+        if count["polls"] > n:
+            raise queue.Cancelled("cancelled while queued")
+
+    return check
+
+
+def test_two_gpus_take_two_runs_and_the_third_waits_its_turn(runs_dir):
+    """On a (pretended) two-GPU machine: two `auto` runs train at once, one per GPU, a cpu run beside them;
+    a fourth `auto` run waits behind them, says so, and leaves the queue cleanly when cancelled."""
+    runs = [make_run(runs_dir, base=TINY, device=device, seed=k)
+            for k, device in enumerate(["auto", "auto", "cpu", "auto"])]
+    with queue.wait_turn(runs[0], TWO_GPUS) as first, queue.wait_turn(runs[1], TWO_GPUS) as second, \
+            queue.wait_turn(runs[2], TWO_GPUS) as third:
+        assert (first, second, third) == ("cuda:0", "cuda:1", "cpu")
+        assert [r.status()["slot"] for r in runs[:3]] == ["cuda-0", "cuda-1", "cpu"]
+        said: list[str] = []
+        with pytest.raises(queue.Cancelled), queue.wait_turn(runs[3], TWO_GPUS, cancelled=polls_then_cancel(3),
+                                                             say=said.append, poll_s=0.01):
+            pytest.fail("the fourth run got a GPU that two runs hold")
+    assert said == [f"queued: 1st in line, behind run {runs[0].id} on cuda-0/cuda-1"]  # said once, not per poll
+    status = runs[3].status()
+    assert status["state"] == "stopped" and status["message"] == "cancelled while queued"
+    assert any(e["kind"] == "stop" and "never trained" in e["message"] for e in runs[3].events())
+    assert not runs[3].metrics_path.exists() or len(runs[3].metrics()) == 0
+    with queue.wait_turn(runs[3], TWO_GPUS) as device:  # the GPUs are free again
+        assert device == "cuda:0"
+
+
+def test_the_oldest_waiting_run_goes_first(runs_dir):
+    """A younger run never jumps the queue: while an older live run waits for the cpu, a newer one may not
+    take it even when it is free at that moment."""
+    older, younger = make_run(runs_dir, base=TINY), make_run(runs_dir, base=TINY)
+    lifecycle.joined_queue(older, os.getpid())  # this (live) process is the older run's queue entry
+    time.sleep(0.01)
+    with pytest.raises(queue.Cancelled), queue.wait_turn(younger, Machine(), cancelled=polls_then_cancel(3),
+                                                         poll_s=0.01):
+        pytest.fail("the younger run jumped the queue")
+    assert younger.status()["state"] == "stopped"
+    view = queue.scan(runs_dir, Machine())
+    assert [e.run_id for e in view.waiting] == [older.id]  # the cancelled run left the queue
+    with queue.wait_turn(older, Machine()) as device:
+        assert device == "cpu" and older.status()["slot"] == "cpu"
+        assert queue.scan(runs_dir, Machine()).holders == {"cpu": older.id}
+
+
+def test_a_sweep_takes_the_whole_machine(runs_dir):
+    """While a sweep's driver is alive, a queued run waits even with every device free."""
+    from brnn_core.fileio import atomic_write_json
+
+    sweep = runs_dir / "sweeps" / "s1"
+    sweep.mkdir(parents=True)
+    import psutil
+
+    me = psutil.Process()
+    atomic_write_json(sweep / "sweep.json", {"state": "running", "pid": me.pid, "pid_started": me.create_time()})
+    assert queue.sweep_running(runs_dir) == "sweep s1 is running"
+    run, said = make_run(runs_dir, base=TINY), []
+    with pytest.raises(queue.Cancelled), queue.wait_turn(run, Machine(), cancelled=polls_then_cancel(2),
+                                                         say=said.append, poll_s=0.01):
+        pytest.fail("a run trained during a sweep")
+    assert said == ["queued: 1st in line, for cpu: sweep s1 is running"]
+    atomic_write_json(sweep / "sweep.json", {"state": "finished"})
+    assert queue.sweep_running(runs_dir) is None
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("0,0", "seed 0 is given twice"), ("0, 1, 1", "seed 1 is given twice"), ("a", "'a' is not a seed"),
+    ("1.5", "'1.5' is not a seed"), ("-1", "'-1' is not a seed"), ("", "no seeds given"),
+    ("0,,1", "an empty seed between commas"), ("__import__('os')", "is not a seed"),
+    (str(2**31), "out of range"), (",".join(map(str, range(101))), "at most 100"),
+])
+def test_seeds_text_that_is_refused(text, problem):
+    with pytest.raises(SeedsError, match=problem.replace("(", r"\(").replace(")", r"\)")):
+        parse_seeds(text)
+
+
+def test_seeds_in_the_order_given():
+    assert parse_seeds(" 2, 0,1 ") == [2, 0, 1]
+    assert parse_seeds("7") == [7]
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    (["--seeds", "0,1,1"], "seed 1 is given twice"),
+    (["--seeds", "x"], "'x' is not a seed: write whole numbers separated by commas, e.g. 0,1,2"),
+    (["--seeds", "0,1", "--resume", "some-run"], "cannot be combined with --resume or --from"),
+    (["--seeds", "0,1", "--from", "some-run"], "cannot be combined with --resume or --from"),
+    (["--seeds", "0,1", "--set", "seed=3"], "drop --set seed="),
+])
+def test_bad_seeds_on_the_command_line_exit_2_and_create_nothing(runs_dir, capsys, extra, problem):
+    rc = cli.main(["train", "--runs-dir", str(runs_dir), "--set", "device=cpu", *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and problem in err and "Traceback" not in err, err
+    assert list_runs(runs_dir) == []
