@@ -26,6 +26,7 @@ from brnn_core.states import ACTIVE_STATES
 from brnn_core.training.drawing_mix import summary_line
 from brnn_core.training.reports import THUMBNAILS_KEPT, compute_report, read_report, read_thumbnails
 from ui import drawings as my
+from ui import groups
 from ui.branch import branch_form
 from ui.common import LIVE_REFRESH_S, flash, folders, memo, run_index, select_run, show_flashes, state_label
 
@@ -56,20 +57,26 @@ for name in shown.select_dtypes(exclude=["number", "bool"]).columns:  # text col
 stored = my.scores([Run(runs_dir / rid).best_ckpt for rid in table["run_id"]], data_dir)  # read, never computed
 scores = list(stored.values())
 shown["my_drawings_acc"] = [100 * s.accuracy if s else float("nan") for s in scores]  # a number column
-picked = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
-                      column_order=["run_id", "state", "dataset", "best_val_acc", "test_acc", "my_drawings_acc",
-                                    "duration_s", "step", "epochs", "hidden", "layers", "head", "batch", "lr",
-                                    "optimizer", "device", "parent", "group", "tags", "note", "problem"],
-                      column_config={
-                          "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
-                          "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
-                          "my_drawings_acc": st.column_config.NumberColumn(
-                              "my drawings %", format="%.0f",
-                              help=f"best.pt on your saved drawings (Predict page), shown from "
-                                   f"{MIN_FOR_ACCURACY} drawings on"),
-                          "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
-                          "lr": st.column_config.NumberColumn("lr", format="%g"),
-                      })
+view = groups.seed_view(table, shown)  # one row per seed group, or per run
+folded = len(view.members) < len(shown)
+run_columns = {
+    "best_val_acc": st.column_config.NumberColumn("best val acc %", format="%.2f"),
+    "test_acc": st.column_config.NumberColumn("test acc %", format="%.2f"),
+    "my_drawings_acc": st.column_config.NumberColumn(
+        "my drawings %", format="%.0f",
+        help=f"best.pt on your saved drawings (Predict page), shown from "
+             f"{MIN_FOR_ACCURACY} drawings on"),
+    "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
+    "lr": st.column_config.NumberColumn("lr", format="%g"),
+}
+picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row",
+                      key="runs_groups_table" if folded else "runs_table",  # each view keeps its own selection
+                      column_order=["run_id", *(["n"] if folded else []), "state", "dataset", "best_val_acc",
+                                    "test_acc", "my_drawings_acc", "duration_s", "step", "epochs", "hidden", "layers",
+                                    "head", "batch", "lr", "optimizer", "device", "parent", "group", "tags", "note",
+                                    "problem"],
+                      column_config={**run_columns, **groups.column_config(folded)})
+group_slot = st.container()  # a selected group's runs: always there, so nothing after it moves
 export_cols = st.columns([1, 1, 3])
 if export_cols[0].button(f"Export these {len(table):,} runs", icon=":material/download:",
                          help="Every metrics row of the runs shown (the filter's), with run id, seed group, tags and "
@@ -78,31 +85,39 @@ if export_cols[0].button(f"Export these {len(table):,} runs", icon=":material/do
 if st.session_state.get("runs_export"):
     export_cols[1].download_button("Download CSV", st.session_state["runs_export"], file_name="runs-metrics.csv",
                                    mime="text/csv", on_click="ignore")
+with_data = set(table[table["step"].fillna(0) > 0]["run_id"])
 rows = picked.selection.rows if picked else []
-with_data = table[table["step"].fillna(0) > 0]["run_id"]
-selected = [table.iloc[i]["run_id"] for i in rows] or list(with_data[:3])
+selected, picked_groups = view.picked(rows, with_data)
+with group_slot:  # the groups the user selected open here (those overlaid unasked stay closed)
+    for gid, members in (picked_groups if rows else {}).items():
+        selected += [rid for rid in groups.group_runs(index, gid, members, shown, run_columns) if rid not in selected]
 shown_ids = with_parents(runs_dir, selected)  # a branch is drawn with the run it left, on one step axis
 parents = [rid for rid in shown_ids if rid not in selected]
+showing = [f"group {gid} ({len(members)} runs, mean ± std)" for gid, members in picked_groups.items()] + selected
 st.caption("Select rows (the boxes on the left) to overlay their curves; "
-           f"showing {', '.join(selected) if selected else 'nothing yet'}"
+           f"showing {', '.join(showing) if showing else 'nothing yet'}"
            + (f", with the parent runs {', '.join(parents)}." if parents else "."))
 
 o1, o2, o3 = st.columns(3)
 smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smooth")
 log_y = o2.toggle("Log scale", key="cmp_log")
 curves = {rid: index.metrics(rid) for rid in shown_ids}  # only the overlaid runs' whole metrics
+bands = {f"group {gid}": {rid: index.metrics(rid) for rid in members} for gid, members in picked_groups.items()}
 points = branch_points(runs_dir, shown_ids)
-curves_key = (tuple((rid, id(df), len(df)) for rid, df in curves.items()), repr(points))  # a re-read run: new frame
+frames = [*curves.items(), *((rid, df) for members in bands.values() for rid, df in members.items())]
+curves_key = (tuple((rid, id(df), len(df)) for rid, df in frames), tuple(bands), repr(points))  # re-read: new frame
 train_col, val_col = st.columns(2)
 train_col.plotly_chart(memo("cmp_train", (curves_key, smoothing, log_y), lambda: charts.compare_figure(
-    curves, smoothing=smoothing, what="train", log_y=log_y, branches=points)), key="cmp_train", on_select="ignore")
+    curves, smoothing=smoothing, what="train", log_y=log_y, branches=points, groups=bands)), key="cmp_train",
+    on_select="ignore")
 val_col.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(
-    curves, what="val", log_y=log_y, branches=points)), key="cmp_val", on_select="ignore")
+    curves, what="val", log_y=log_y, branches=points, groups=bands)), key="cmp_val", on_select="ignore")
 
 st.divider()
 ids = list(table["run_id"])
 wanted = st.session_state.get("inspect")  # e.g. a branch just created by the form below
-default = wanted if wanted in ids else (selected[0] if selected else ids[0])
+overlaid = selected + [rid for members in picked_groups.values() for rid in members]
+default = wanted if wanted in ids else (overlaid[0] if overlaid else ids[0])
 run_id = st.selectbox("Inspect one run", ids, index=ids.index(default), key="inspect")
 run = Run(runs_dir / run_id)
 status = run.status()
