@@ -423,11 +423,12 @@ def run_config(run: Run) -> TrainConfig:
 
 def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
                  after_epoch: Callable[[int, dict], None] | None = None, resume_from: Path | None = None,
-                 handoff: tuple[int, float] | None = None) -> Opened:
-    """Device, threads, data, model, optimizer, warm start and drawing mix for `run`: its session."""
+                 handoff: tuple[int, float] | None = None, device: str | None = None) -> Opened:
+    """Device, threads, data, model, optimizer, warm start and drawing mix for `run`: its session. `device`
+    (the queue's free GPU for `auto`) takes the place of the config's."""
     config = run.config()
     cfg = run_config(run)
-    device = prepare_device(cfg)
+    device = prepare_device(dataclasses.replace(cfg, device=device) if device else cfg)
     keeper = ThreadKeeper(cfg.cpu_threads, on_change=lambda step, plan: run.log_event(
         "threads", f"now {plan.threads} CPU thread(s): {plan.why}", step=step)) if device.type == "cpu" else None
     run.write_status(message=f"loading {cfg.dataset}")
@@ -469,13 +470,14 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
 def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Printer | None = None,
                  after_epoch: Callable[[int, dict], None] | None = None, resume_from: Path | None = None,
                  before_start: Callable[[TrainingSession], None] | None = None,
-                 handoff: tuple[int, float] | None = None, status_fields: dict | None = None) -> str:
+                 handoff: tuple[int, float] | None = None, status_fields: dict | None = None,
+                 device: str | None = None) -> str:
     """Train the run described by run/config.json in this process; returns the final state.
 
     `resume_from` continues from another checkpoint than the run's own last.pt (a PBT trial taking a
     better trial's weights); `before_start(session)` runs once restored, before the first step (where PBT
     applies its new lr: the restored optimizer state brought back the old one); `status_fields` go into
-    the first status write (a trial's `ray_node`). Raises RunBusy, having written nothing, while another
+    the first status write (a trial's `ray_node`); `device` is the one the queue gave it. Raises RunBusy, having written nothing, while another
     process trains the run (its worker lock)."""
     lock = contextlib.ExitStack()
     lock.enter_context(worker_lock.hold(run.path))
@@ -486,7 +488,7 @@ def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Pr
                      started=run.stored_status().get("started") or time.time(), ended=None, **(status_fields or {}))
     try:
         opened = open_session(run, data_dir, resume=resume, printer=printer or (lambda kind, info: None),
-                              after_epoch=after_epoch, resume_from=resume_from, handoff=handoff)
+                              after_epoch=after_epoch, resume_from=resume_from, handoff=handoff, device=device)
         session, splits = opened.session, opened.splits
         session.begin(device_name(splits.train_x.device), f"{len(splits.train_y)} train, {len(splits.val_y)} val "
                       "images", note=opened.note, fresh_last=resume_from is not None, before_start=before_start)

@@ -1,27 +1,60 @@
 """The worker process: `python -m brnn_core.training.worker RUN_DIR [--resume]` trains one prepared run.
 
-The job registry and the sweep launcher start it through `spawn` (runs.jobs); it runs `train_run_dir`
-(training.session) on the run directory and exits 0 when the run finished or stopped, 1 otherwise. The
-run directory is all it shares with whoever started it; the data folder comes from $BRNN_DATA_DIR.
+The job registry starts it through `spawn` (runs.jobs); it waits its turn on a device (runs.queue), runs
+`train_run_dir` (training.session) there and exits 0 when the run finished or stopped (or was cancelled while
+queued), 1 otherwise. `train_in_turn` is the same wait-then-train for the CLI's `train`. The run directory is
+all it shares with whoever started it; the data folder comes from $BRNN_DATA_DIR.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from brnn_core.config import PRE_DEFAULTS
 from brnn_core.data.datasets import default_data_dir
+from brnn_core.runs import queue, worker_lock
 from brnn_core.runs.index import update_store
 from brnn_core.runs.progress import ProgressPrinter
+from brnn_core.runs.protocol import STOP
 from brnn_core.runs.rundir import Run
 from brnn_core.runs.worker_lock import RunBusy
 from brnn_core.states import State
-from brnn_core.training.session import train_run_dir
+from brnn_core.training.control import ControlReader
+from brnn_core.training.session import Printer, train_run_dir
 from brnn_core.training.splits import load_splits
 
-__all__ = ["PRE_DEFAULTS", "load_splits", "main", "train_run_dir"]
+__all__ = ["PRE_DEFAULTS", "load_splits", "main", "train_in_turn", "train_run_dir"]
+
+
+def stop_sent(run: Run) -> Callable[[], None]:
+    """A check for the queue: raises queue.Cancelled once a stop was sent to the waiting run. Other commands
+    (pause, a live change) are left for the training session, which reads them from the same offset."""
+    reader = ControlReader(run.control_path, run.read_status().control_offset)
+
+    def check() -> None:
+        for received in reader.read():
+            if received.command is not None and received.command.cmd == STOP:
+                raise queue.Cancelled("cancelled while queued", received.offset, received.command.id)
+
+    return check
+
+
+def train_in_turn(run: Run, *, data_dir: Path, resume: bool = False, printer: Printer | None = None,
+                  say: Callable[[str], None] = lambda message: None, machine: queue.Machine | None = None) -> str:
+    """Wait for the run's turn on a device (runs.queue), then train it there; its final state, `stopped` when
+    it was cancelled while it waited. Raises RunBusy, having written nothing, while another process trains it."""
+    with contextlib.ExitStack() as turn:
+        with worker_lock.hold(run.path):  # no second worker of this run joins the queue (released to train)
+            try:
+                device = turn.enter_context(queue.wait_turn(run, machine or queue.Machine.here(),
+                                                            cancelled=stop_sent(run), say=say))
+            except queue.Cancelled:
+                return State.STOPPED
+        return train_run_dir(run, data_dir=data_dir, resume=resume, printer=printer, device=device)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"run directory: {run.path}", flush=True)
     try:
-        state = train_run_dir(run, data_dir=args.data_dir or default_data_dir(), resume=args.resume,
-                             printer=ProgressPrinter())
+        state = train_in_turn(run, data_dir=args.data_dir or default_data_dir(), resume=args.resume,
+                              printer=ProgressPrinter(), say=lambda message: print(message, flush=True))
     except RunBusy as exc:  # another worker trains it: leave its files alone
         print(f"error: {exc}", file=sys.stderr)
         return 2
