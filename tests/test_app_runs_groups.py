@@ -72,6 +72,7 @@ def test_a_seed_group_is_one_row_with_its_mean_std_and_n(seed_runs, page):
     names = [t["name"] for t in chart_traces(page, "cmp_train")]
     assert f"group {group} mean ± std (n=3)" in names and other in names
     assert any(f"showing group {group} (3 runs, mean ± std)" in c.value for c in page.caption)
+    assert not [d for d in page.dataframe if d.key == f"group_runs_{group}"]  # opened only when selected
 
 
 def test_selecting_the_group_opens_its_runs_and_overlays_its_band(seed_runs, page):

@@ -25,7 +25,7 @@ except ImportError:
 
 require_browser()
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # four runs train before the server starts
 SHOTS = REPO / "test-output" / "screenshots"
 T = 60_000  # ms: anything visible (no training runs while the page is used)
 if expect is not None:
