@@ -32,11 +32,11 @@ from brnn_core.runs.cli import add_parser as add_runs_parser
 from brnn_core.runs.index import update_store
 from brnn_core.runs.progress import ProgressPrinter
 from brnn_core.runs.protocol import SET
+from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import (
     RunError,
     create_run,
     default_runs_dir,
-    last_pt_pruned,
     new_run_config,
     resolve_run,
 )
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "optimizer), and continues its step axis. --set may change lr, grad_clip, optimizer, "
                             "weight_decay, momentum, dataset and epochs (the total, counting RUN's epochs; default: "
                             "RUN's plan, or one more epoch), not the architecture")
+    train.add_argument("--keep-tags", action="store_true", help="with --from: the branch starts with RUN's tags")
     train.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
     train.set_defaults(func=cmd_train)
 
@@ -153,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_train(args) -> int:
     data_dir = args.data_dir or default_data_dir()
     runs_dir = args.runs_dir or default_runs_dir()
+    if args.keep_tags and not args.from_run:
+        raise BadInput("--keep-tags copies a parent's tags to its branch: use it with --from RUN")
     if args.from_run:
         run, resume = branch_from_args(args, runs_dir, data_dir), False
     elif args.resume:
@@ -175,10 +178,9 @@ def cmd_train(args) -> int:
         finished_problem = resume_finished_problem(run, status, live)
         if finished_problem:
             raise BadInput(finished_problem)
-        if not run.last_ckpt.is_file() and last_pt_pruned(status):  # resuming would restart it from step 0
-            raise BadInput(f"run {run.id}'s last.pt was pruned by its sweep to save disk, so it cannot be resumed "
-                           f"(it would start again from step 0); branch from its best.pt instead: "
-                           f"python -m brnn_core train --from {run.id}:best")
+        pruned = resume_problem(run, status)
+        if pruned:
+            raise BadInput(pruned)
         for name, value in live.items():  # applied by the worker before its first step, and logged
             run.send_command(SET, field=name, value=value)
         resume = True
@@ -271,7 +273,7 @@ def branch_from_args(args, runs_dir: Path, data_dir: Path):
     except RunError as exc:  # also BranchError: an unknown parent, a missing checkpoint, a refused change
         raise BadInput(str(exc)) from None
     ensure_dataset(plan.cfg.dataset, data_dir)  # offline and missing: exit 2 before the branch is created
-    run = create_planned(plan, data_dir)
+    run = create_planned(plan, data_dir, keep_tags=args.keep_tags)
     print(f"branch of {plan.parent.id} from its {kind}.pt (epoch {plan.checkpoint.epoch}, "
           f"step {plan.checkpoint.step})", flush=True)
     return run

@@ -29,6 +29,7 @@ from ui import drawings as my
 from ui import groups
 from ui.branch import branch_form
 from ui.common import LIVE_REFRESH_S, flash, folders, memo, run_index, select_run, show_flashes, state_label
+from ui.retention import free_disk_space, size_column, size_column_config
 
 runs_dir, data_dir = folders()
 st.title("Runs")
@@ -57,6 +58,7 @@ for name in shown.select_dtypes(exclude=["number", "bool"]).columns:  # text col
 stored = my.scores([Run(runs_dir / rid).best_ckpt for rid in table["run_id"]], data_dir)  # read, never computed
 scores = list(stored.values())
 shown["my_drawings_acc"] = [100 * s.accuracy if s else float("nan") for s in scores]  # a number column
+shown["size_mb"] = size_column(runs_dir, table)
 view = groups.seed_view(table, shown)  # one row per seed group, or per run
 folded = len(view.members) < len(shown)
 run_columns = {
@@ -67,14 +69,15 @@ run_columns = {
         help=f"best.pt on your saved drawings (Predict page), shown from "
              f"{MIN_FOR_ACCURACY} drawings on"),
     "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
+    "size_mb": size_column_config(),
     "lr": st.column_config.NumberColumn("lr", format="%g"),
 }
 picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row",
                       key="runs_groups_table" if folded else "runs_table",  # each view keeps its own selection
                       column_order=["run_id", *(["n"] if folded else []), "state", "dataset", "best_val_acc",
-                                    "test_acc", "my_drawings_acc", "duration_s", "step", "epochs", "hidden", "layers",
-                                    "head", "batch", "lr", "optimizer", "device", "parent", "group", "tags", "note",
-                                    "problem"],
+                                    "test_acc", "my_drawings_acc", "duration_s", "size_mb", "step", "epochs", "hidden",
+                                    "layers", "head", "batch", "lr", "optimizer", "device", "parent", "group", "tags",
+                                    "note", "problem"],
                       column_config={**run_columns, **groups.column_config(folded)})
 group_slot = st.container()  # a selected group's runs: always there, so nothing after it moves
 export_cols = st.columns([1, 1, 3])
@@ -85,6 +88,7 @@ if export_cols[0].button(f"Export these {len(table):,} runs", icon=":material/do
 if st.session_state.get("runs_export"):
     export_cols[1].download_button("Download CSV", st.session_state["runs_export"], file_name="runs-metrics.csv",
                                    mime="text/csv", on_click="ignore")
+free_disk_space(runs_dir, index, table)
 with_data = set(table[table["step"].fillna(0) > 0]["run_id"])
 rows = picked.selection.rows if picked else []
 selected, picked_groups = view.picked(rows, with_data)

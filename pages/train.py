@@ -26,6 +26,7 @@ from brnn_core.devices import device_choices
 from brnn_core.model import INPUT_SCALES
 from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
 from brnn_core.runs.progress import lr_plan, progress_text
+from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.schedule import SCHEDULES
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
@@ -210,7 +211,7 @@ with right:
                   help="Continue this run from checkpoints/last.pt.")
     else:
         b3.button("Resume", on_click=on_command, args=("resume",), disabled=state != State.PAUSED,
-                  use_container_width=True)
+                  use_container_width=True, help=resume_problem(run) if run is not None else None)
     b4.button("Stop", on_click=on_command, args=("stop",), disabled=not active,
               help="Saves last.pt, then ends the run (it can be resumed).", use_container_width=True)
     if active and not errors:

@@ -8,7 +8,9 @@ import streamlit as st
 
 from brnn_core.config import OPTIMIZERS
 from brnn_core.runs.branch import BRANCH_CHECKPOINTS, branch_defaults
-from brnn_core.runs.rundir import Run, last_pt_pruned
+from brnn_core.runs.notes import read_notes
+from brnn_core.runs.retention import pruned_reason
+from brnn_core.runs.rundir import Run
 from brnn_core.states import ACTIVE_STATES
 from ui.common import flash, registry, select_run
 
@@ -18,11 +20,13 @@ def _defaults(run_path: str, kind: str, mtime_ns: int) -> dict:
     return branch_defaults(Run(Path(run_path)), kind)  # mtime_ns: a rewritten checkpoint is read again
 
 
-def _on_branch(runs_dir: Path, data_dir: Path, parent_id: str, kind: str, prefix: str, step: int) -> None:
+def _on_branch(runs_dir: Path, data_dir: Path, parent_id: str, kind: str, prefix: str, step: int,
+               tags_key: str) -> None:
     state = st.session_state
     overrides = {name: state[f"{prefix}_{name}"] for name in ("lr", "grad_clip", "epochs", "optimizer")}
     try:
-        new = registry().branch(runs_dir, parent_id, kind, overrides, data_dir=data_dir)
+        new = registry().branch(runs_dir, parent_id, kind, overrides, data_dir=data_dir,
+                                keep_tags=bool(state.get(tags_key)))
     except (ValueError, OSError) as exc:  # BranchError, ConfigError, CheckpointError: the message says why
         flash("error", f"Not branched: {exc}")
         return
@@ -35,10 +39,16 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
     """Pick a checkpoint and new lr / clip / epochs / optimizer; the button creates the branch and starts it."""
     with st.expander("Branch from here", icon=":material/call_split:"):
         found = _readable_checkpoints(run)
-        if "last" not in found and last_pt_pruned(run.stored_status()):
-            st.caption("last.pt was pruned by the sweep to save disk: branch from best.pt (weights only).")
+        stored = run.stored_status()
+        pruned = [reason for kind in BRANCH_CHECKPOINTS if kind not in found
+                  for reason in [pruned_reason(run, kind, stored)] if reason]
+        if pruned:
+            left = " or ".join(f"{k}.pt" for k in found)
+            st.caption(f"{'; '.join(pruned)}: " + (f"branch from {left}." if found else
+                                                   "nothing is left to branch from (its records are kept)."))
         if not found:
-            st.caption("No checkpoint saved yet: nothing to branch from.")
+            if not pruned:
+                st.caption("No checkpoint saved yet: nothing to branch from.")
             return
         st.caption("A new run that starts from this run's weights (and optimizer state, from last.pt) and "
                    "continues its steps. The architecture and data split stay; epochs counts this run's too.")
@@ -58,11 +68,16 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
                      help="Another optimizer starts with a fresh state.")
         if kind == "best":
             st.caption("best.pt keeps only the weights: the branch starts with a fresh optimizer state.")
+        tags = read_notes(run.path).tags
+        tags_key = f"{key}_{run.id}_keep_tags"
+        st.checkbox(f"Keep the parent's tags ({', '.join(tags)})" if tags else "Keep the parent's tags (it has none)",
+                    key=tags_key, value=False, disabled=not tags,
+                    help="Off: the branch starts untagged (a tag often says what this run was, e.g. baseline).")
         busy = run.status().get("state") in ACTIVE_STATES
         if busy:
             st.caption("Stop this run (or wait for it to end) before branching from it.")
         st.button("Branch from here", key=f"{key}_{run.id}_go", type="primary", disabled=busy,
-                  on_click=_on_branch, args=(runs_dir, data_dir, run.id, kind, prefix, d["step"]))
+                  on_click=_on_branch, args=(runs_dir, data_dir, run.id, kind, prefix, d["step"], tags_key))
 
 
 def _readable_checkpoints(run: Run) -> dict[str, dict]:

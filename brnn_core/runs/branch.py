@@ -17,6 +17,8 @@ from pathlib import Path
 from brnn_core.checkpoint import Checkpoint, load_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import DATASETS
+from brnn_core.runs.notes import read_notes, write_notes
+from brnn_core.runs.retention import pruned_reason
 from brnn_core.runs.rundir import Run, RunError, create_run, new_run_config, resolve_run
 
 BRANCH_CHECKPOINTS = ("last", "best")
@@ -66,7 +68,10 @@ def parent_values(parent: Run, ckpt: Checkpoint) -> dict:
     known = set(TrainConfig.field_names())
     saved = {k: v for k, v in ckpt.train_config.items() if k in known}
     base = {k: v for k, v in parent.config().get("train", {}).items() if k in known} or saved
-    return {**base, **{k: v for k, v in ckpt.train_config.get("live", {}).items() if k in known}}
+    values = {**base, **{k: v for k, v in ckpt.train_config.get("live", {}).items() if k in known}}
+    if values.get("amp") == "auto":  # the precision the parent trained in, as its first start resolved auto
+        values["amp"] = parent.config().get("amp") or saved.get("amp") or "auto"
+    return values
 
 
 def default_epochs(parent_epochs: int, ckpt: Checkpoint) -> int:
@@ -84,8 +89,10 @@ def plan_branch(runs_dir: Path, parent_ref: str | Path, kind: str = "last",
     if not path.is_file():
         other = "best" if kind == "last" else "last"
         has_other = (parent.best_ckpt if kind == "last" else parent.last_ckpt).is_file()
+        pruned = pruned_reason(parent, kind)
         why = "no epoch has finished yet" if kind == "best" else "it was never saved or has been removed"
-        raise BranchError(f"run {parent.id} has no {kind}.pt ({why}); "
+        raise BranchError((f"{pruned}, so it cannot be branched from; " if pruned else
+                           f"run {parent.id} has no {kind}.pt ({why}); ")
                           + (f"branch from {parent.id}:{other} instead" if has_other else "nothing to branch from"))
     ckpt = load_checkpoint(path)
     base = parent_values(parent, ckpt)
@@ -120,18 +127,23 @@ def check_branch_config(cfg: TrainConfig, base: dict, ckpt: Checkpoint, parent_i
                           f"epoch {ckpt.epoch}; set epochs to at least {ckpt.epoch + 1}")
 
 
-def create_planned(plan: BranchPlan, data_dir: Path | None = None) -> Run:
-    """Write the branch's run directory (beside its parent) with the parent's checkpoint linked in."""
+def create_planned(plan: BranchPlan, data_dir: Path | None = None, *, keep_tags: bool = False) -> Run:
+    """Write the branch's run directory (beside its parent) with the parent's checkpoint linked in; with
+    `keep_tags` it starts with its parent's tags (never by default: a tag often says what that run was)."""
     config = new_run_config(plan.cfg, data_dir)
     config["parent"] = {"run_id": plan.parent.id, "checkpoint": plan.kind, "step": plan.checkpoint.step,
                         "epoch": plan.checkpoint.epoch}
-    return create_run(plan.parent.path.parent, config, files={f"checkpoints/{PARENT_CKPT}": plan.checkpoint_path})
+    run = create_run(plan.parent.path.parent, config, files={f"checkpoints/{PARENT_CKPT}": plan.checkpoint_path})
+    tags = read_notes(plan.parent.path).tags if keep_tags else ()
+    if tags:
+        write_notes(run.path, tags=tags)
+    return run
 
 
 def create_branch(runs_dir: Path, parent_ref: str | Path, kind: str = "last", overrides: dict | None = None, *,
-                  data_dir: Path | None = None) -> Run:
+                  data_dir: Path | None = None, keep_tags: bool = False) -> Run:
     """Validate and create a branch of `parent_ref` (a run id in runs_dir, or a run directory); not started."""
-    return create_planned(plan_branch(runs_dir, parent_ref, kind, overrides), data_dir)
+    return create_planned(plan_branch(runs_dir, parent_ref, kind, overrides), data_dir, keep_tags=keep_tags)
 
 
 # ---------------------------------------------------------------- the worker's side

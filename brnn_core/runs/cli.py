@@ -1,5 +1,5 @@
-"""`python -m brnn_core runs list | tag | note | export`: the runs table from the shell (filtered, or by seed
-group), tags and notes, and every metrics row of the selected runs in one file."""
+"""`python -m brnn_core runs list | tag | note | export | prune`: the runs table from the shell (filtered, or by
+seed group), tags and notes, every metrics row of the selected runs in one file, and freeing disk."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from brnn_core.runs.export import group_summary, long_table, write_table
 from brnn_core.runs.filter import FilterError, filter_table
 from brnn_core.runs.index import RunIndex
 from brnn_core.runs.notes import change_tags, check_tag, write_notes
+from brnn_core.runs.retention import DEFAULT_PER, METRICS, PER, apply_prune, plan_prune
 from brnn_core.runs.rundir import RunError, default_runs_dir, resolve_run
 
 FORMATS = ("table", "csv", "json")
@@ -45,6 +46,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
     export.add_argument("--filter", default="", metavar="EXPR", help="which runs (as runs list --filter)")
     export.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
     export.set_defaults(func=cmd_export)
+    prune = what.add_parser("prune", help="delete the checkpoints of ended runs outside the best K (records stay)")
+    prune.add_argument("--keep-best", required=True, type=int, metavar="K", help="runs kept whole in each --per")
+    prune.add_argument("--by", default="val_loss", metavar="METRIC",
+                       help=f"how runs are ranked: {', '.join(METRICS)} (default val_loss, lowest first)")
+    prune.add_argument("--per", default=DEFAULT_PER, choices=PER,
+                       help="rank within each seed group (default), each sweep, or all selected runs together")
+    prune.add_argument("--filter", default="", metavar="EXPR", help="which runs (as runs list --filter)")
+    prune.add_argument("--dry-run", action="store_true", help="print what would go and what it frees; delete nothing")
+    prune.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
+    prune.set_defaults(func=cmd_prune)
     return runs
 
 
@@ -63,6 +74,18 @@ def cmd_export(args) -> int:
     frame = long_table(runs_dir, table)
     write_table(frame, args.out)
     print(f"{len(frame):,} metrics rows of {len(table):,} runs -> {args.out}")
+    return 0
+
+
+def cmd_prune(args) -> int:
+    runs_dir = args.runs_dir or default_runs_dir()
+    table = selected(runs_dir, args.filter)
+    plan = plan_prune(runs_dir, list(table["run_id"]), args.keep_best, args.by, args.per)
+    if args.dry_run:
+        print("\n".join(["dry run: nothing is deleted", *plan.lines()]))
+        return 0
+    print("\n".join(plan.lines(dict(apply_prune(plan)))))
+    print("their config, metrics, status, notes and report are kept")
     return 0
 
 

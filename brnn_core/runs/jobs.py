@@ -22,6 +22,7 @@ import psutil
 from brnn_core.config import TrainConfig
 from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.branch import create_branch
+from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config
 from brnn_core.states import ACTIVE_STATES
 
@@ -129,10 +130,10 @@ class JobRegistry:
         return Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting another", spawn))
 
     def branch(self, runs_dir: Path, parent_ref: str, kind: str = "last", overrides: dict | None = None, *,
-               data_dir: Path | None = None) -> Run:
+               data_dir: Path | None = None, keep_tags: bool = False) -> Run:
         """Create a branch of `parent_ref` (branch.create_branch) and start it, under the same one-job rule."""
         def spawn():
-            run = create_branch(runs_dir, parent_ref, kind, overrides, data_dir=data_dir)
+            run = create_branch(runs_dir, parent_ref, kind, overrides, data_dir=data_dir, keep_tags=keep_tags)
             return run.id, spawn_worker(run, data_dir=data_dir)
 
         return Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting a branch", spawn))
@@ -140,6 +141,9 @@ class JobRegistry:
     def resume(self, run: Run, *, data_dir: Path | None = None) -> None:
         if worker_lock.held(run.path):  # before anything is written: its live worker's status stays as it is
             raise RunError(f"run {run.id} is being trained by another live process; stop it before resuming")
+        pruned = resume_problem(run)
+        if pruned:
+            raise RunError(pruned)
 
         def spawn():
             lifecycle.queued_for_resume(run)

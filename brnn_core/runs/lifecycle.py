@@ -4,7 +4,7 @@ While a worker trains, its training session (training.session) writes every stat
 after it is gone, the job registry or a sweep's driver does, and only through these functions: a worker
 spawned (its pid, so a worker that dies before its first word reads as interrupted), a run queued again
 for a resume, a run waiting for its turn (runs.queue) or cancelled there, a PBT trial handed to its sweep's
-driver, a trial that died or never started, a trial that was still waiting when its sweep ended, a last.pt
+driver, a trial that died or never started, a trial that was still waiting when its sweep ended, checkpoints
 pruned to save disk.
 """
 
@@ -86,6 +86,8 @@ def failed_before_start(run: Run, message: str) -> None:
     run.write_status(state=State.FAILED, message=message, ended=time.time(), pid=None)
 
 
-def last_pt_pruned(run: Run, record: dict, message: str) -> None:
-    """A sweep removed an ended trial's last.pt to save disk (`record`: time, bytes, why)."""
-    run.write_status(pruned={"last.pt": record}, message=message)
+def checkpoints_pruned(run: Run, records: dict[str, dict], message: str) -> None:
+    """A prune (a sweep's, or `runs prune`) removed checkpoints of an ended run to save disk (`records`: name ->
+    time, bytes, why, by, files); earlier records of other checkpoints stay."""
+    before = run.stored_status().get("pruned")
+    run.write_status(pruned={**(before if isinstance(before, dict) else {}), **records}, message=message)

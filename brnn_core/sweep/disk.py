@@ -9,18 +9,11 @@ pages say the file is gone instead of offering it. Tune's own checkpoint copies 
 from __future__ import annotations
 
 import shutil
-import time
 
-from brnn_core.runs import lifecycle
+from brnn_core.runs.retention import delete_checkpoints, size_text
 from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, ranked
-
-PRUNED_NOTE = "last.pt was removed to save disk (best.pt is kept), so this run cannot be resumed"
-
-
-def size_text(size: int) -> str:
-    return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
 
 
 def prunable(status: dict) -> bool:
@@ -57,14 +50,8 @@ def prune_sweep(sweep: Sweep, keep_best: int, ranking: list[str] | None = None) 
 
 
 def prune_last(run: Run, status: dict, why: str) -> int:
-    size = run.last_ckpt.stat().st_size
-    run.last_ckpt.unlink()
-    run.log_event("pruned", f"{PRUNED_NOTE} ({size_text(size)}; {why})", file="last.pt", bytes=size,
-                  step=status.get("step"))
-    message = status.get("message") or ""
-    lifecycle.last_pt_pruned(run, {"time": time.time(), "bytes": size, "why": why},
-                             f"{message} · {PRUNED_NOTE}" if message else PRUNED_NOTE)
-    return size
+    """Remove one trial's last.pt (and the files that belong to it) the way `runs prune` does; bytes freed."""
+    return delete_checkpoints(run, ["last.pt"], why, by="sweep", status=status)
 
 
 def prune_tune_checkpoints(sweep: Sweep) -> int:
