@@ -50,6 +50,7 @@ def test_the_selected_rows_are_groups_and_runs_and_none_selected_means_the_first
     # nothing selected: the first rows with data, a group having data when any of its runs has
     assert folded.picked([], with_data={"r2", "r0"}) == (["r0"], {"g1": ("r5", "r3", "r2")})
     assert folded.picked([], with_data={"r4"}, default=1) == (["r4"], {})
+    assert folded.picked([7], with_data={"r4"}) == (["r4"], {})  # a row the table no longer has: as none
     plain = unfolded(runs_table())
     assert plain.members[0] == ("r5",) and (plain.table["n"] == 1).all()
     assert plain.picked([0, 2], with_data=set()) == (["r5", "r3"], {})

@@ -46,7 +46,8 @@ class Folded:
                ) -> tuple[list[str], dict[str, tuple[str, ...]]]:
         """The single runs and the groups (group id -> run ids) on the selected `rows`; with none selected, those
         of the first `default` rows that have a run in `with_data` (what an overlay shows unasked)."""
-        rows = list(rows) or [k for k, ids in enumerate(self.members) if set(ids) & set(with_data)][:default]
+        rows = [k for k in rows if 0 <= k < len(self.members)]  # a selection the table outgrew (a new filter)
+        rows = rows or [k for k, ids in enumerate(self.members) if set(ids) & set(with_data)][:default]
         singles = [self.members[k][0] for k in rows if len(self.members[k]) == 1]
         groups = {str(self.table["group"].iloc[k]): self.members[k] for k in rows if len(self.members[k]) > 1}
         return singles, groups
