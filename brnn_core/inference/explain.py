@@ -10,6 +10,7 @@ PyTorch's own LSTM kernels run backward in any mode and compute the same functio
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,6 +20,7 @@ from torch import nn
 from brnn_core.model import mode
 
 IG_STEPS = 32  # integration steps; the completeness gap at 32 is a few % of the logit change (tests)
+_CUDNN_OFF = threading.Lock()  # guards a process-wide flag, so it is process-wide too (Streamlit's sessions share it)
 IG_MAX_STEPS = 512  # refined up to this many when the gap is larger (a model with saturated gates)
 
 
@@ -28,8 +30,10 @@ def backward_in_eval() -> Iterator[None]:
 
     The flag is process-wide while the block runs: a forward pass in another thread meanwhile uses
     PyTorch's native kernels too (same results, a little slower). Training runs in its own process.
+    One block at a time (`_CUDNN_OFF`): the flag is restored on exit, so a second block overlapping the first
+    would otherwise find cuDNN back on halfway, and its eval-mode backward refused.
     """
-    with torch.backends.cudnn.flags(enabled=False):
+    with _CUDNN_OFF, torch.backends.cudnn.flags(enabled=False):
         yield
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ray
+import torch
 from ray import tune
 
 from brnn_core.config import LIVE_FIELDS
@@ -58,6 +59,7 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
         # the sweep is stopping: never start a new trial, but leave it unfinished to Tune (`sweep --resume` starts it)
         raise TrialStopped(f"trial {trial_id} not started: its sweep is stopping; `sweep --resume` starts it")
     searched = {k: config[k] for k in setup.searched}
+    base = {**setup.base, "device": trial_device(str(setup.base.get("device", "auto")), ray.get_gpu_ids())}
     status = run.stored_status() if run.exists() else {}
     if status.get("state") in FINAL_STATES or status.get("stopped_by") in SCHEDULER_STOPS:
         report_final(run, setup)  # Tune lost track of an ended trial (restored sweep): nothing to train
@@ -66,7 +68,7 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
         # Tune launched it before the stop and its worker started only now: it stays as it is, unfinished to
         # Tune. (A stop after this check reaches its session as a command: SweepCallback.tell_to_stop.)
         raise TrialStopped(f"{run.id} not continued: its sweep is stopping; `sweep --resume` continues it")
-    plan = plan_start(run, setup, searched, trial_id, tune.get_checkpoint())
+    plan = plan_start(run, setup, base, searched, trial_id, tune.get_checkpoint())
     try:
         state = train_run_dir(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
                              before_start=plan.before_start, after_epoch=Reporter(run, setup),
@@ -75,6 +77,8 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
     finally:
         if plan.source is not None:
             plan.source.unlink(missing_ok=True)
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # Ray reuses this process for the next trial: give the cached memory back
     if state == State.STOPPED and run.stored_status().get("stopped_by") not in SCHEDULER_STOPS:
         # stopped with the sweep (Stop sweep, Ctrl-C, the time budget): unfinished to Tune, so that
         # `sweep --resume` trains it on from its last.pt (Tune restores only trials it did not see end)
@@ -93,11 +97,25 @@ class StartPlan:
     before_start: object = None
 
 
-def plan_start(run: Run, setup: TrialSetup, searched: dict, trial_id: str, checkpoint) -> StartPlan:
-    """New trial: create its run. Known trial: continue from its last.pt, or from the donor's (PBT)."""
+def trial_device(device: str, gpu_ids: list) -> str:
+    """The device a trial trains on, as this trial's process sees it.
+
+    Ray shows a trial only the GPUs it was given, numbered from 0: `cuda:1` there is `cuda` (its first).
+    A trial given no GPU trains on the CPU, `auto` too: a GPU it was not given is another trial's."""
+    device = device.strip().lower()
+    if not gpu_ids and device == "auto":
+        return "cpu"
+    if gpu_ids and device.startswith("cuda"):
+        return "cuda"
+    return device
+
+
+def plan_start(run: Run, setup: TrialSetup, base: dict, searched: dict, trial_id: str, checkpoint) -> StartPlan:
+    """New trial: create its run (`base`: the sweep's settings on this trial's device). Known trial: continue
+    from its last.pt, or from the donor's (PBT)."""
     if not run.exists():
         create_trial_run(Path(setup.runs_dir), Path(setup.data_dir), setup.sweep_id, trial_id,
-                         {**setup.base, **searched}, searched, setup.scheduler, setup.metric)
+                         {**base, **searched}, searched, setup.scheduler, setup.metric)
         if checkpoint is None:
             return StartPlan()
     if checkpoint is None:

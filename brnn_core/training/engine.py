@@ -22,6 +22,7 @@ from torch import nn
 
 from brnn_core.data.batching import batches, epoch_order, to_input
 from brnn_core.model import mode
+from brnn_core.training.cuda_graph import GraphedStep
 from brnn_core.training.loss_scaling import LossScaler
 
 
@@ -76,10 +77,14 @@ NOT_FINITE = "the loss became NaN or infinite"
 
 def make_optimizer(params: Iterable[torch.Tensor], name: str, lr: float, weight_decay: float = 0.0,
                    momentum: float = 0.9) -> torch.optim.Optimizer:
+    """The optimizer `name`; Adam and AdamW on CUDA run fused: one kernel per step, and fp16's loss scaler
+    then checks for overflow without reading the GPU back every step."""
+    params = list(params)
+    fused = {"fused": True} if params and all(p.device.type == "cuda" for p in params) else {}
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, **fused)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **fused)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; use adam, adamw or sgd")
@@ -124,7 +129,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
                     before_step: Callable[[int], bool] | None = None, amp: str = "off",
                     scaler: torch.amp.GradScaler | None = None,
                     augment: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
-                    watch: ExplosionWatch | None = None) -> EpochResult:
+                    watch: ExplosionWatch | None = None, graph: GraphedStep | None = None) -> EpochResult:
     """One pass of optimizer steps over `index_batches` (index tensors into images/labels).
 
     `images` are uint8 (N, 28, 28) already on the model's device. `before_step(step)` is
@@ -132,7 +137,8 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
     `grad_clip()` is read every step so it can change while training. With amp="fp16" the loss is
     scaled (`scaler`, one per run as fit passes it): small fp16 gradients underflow to zero otherwise.
     `augment(x, step)` changes each training batch (model input in [0, 1]) before the forward pass;
-    `watch` ends the epoch as diverged when the logged loss explodes (see ExplosionWatch).
+    `watch` ends the epoch as diverged when the logged loss explodes (see ExplosionWatch); `graph` replays
+    the step from a CUDA graph where it can (cuda_graph.py), the plain step otherwise.
     """
     device = images.device
     if scaler is None:
@@ -153,7 +159,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
             x = to_input(images[idx])  # (B, 28, 28)
             if augment is not None:
                 x = augment(x, step)  # (B, 28, 28), new random changes for every step
-            loss, num_classes = _optimizer_step(model, optimizer, x, labels[idx], amp, scaler, grad_clip())
+            loss, num_classes = (graph or _optimizer_step)(model, optimizer, x, labels[idx], amp, scaler, grad_clip())
             step, batches, since_log, samples = step + 1, batches + 1, since_log + 1, samples + len(idx)
             running += loss.detach().float()
             total += loss.detach().float()
@@ -201,6 +207,12 @@ def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch
     return loss, logits.shape[-1]
 
 
+def graphed_step(model: nn.Module, optimizer: torch.optim.Optimizer, amp: str, device: torch.device,
+                 enabled: bool = True) -> GraphedStep:
+    """The training step for train_one_epoch's `graph`: from a CUDA graph where it can be (cuda_graph.py)."""
+    return GraphedStep.for_run(_optimizer_step, model, optimizer, amp, torch.device(device), enabled)
+
+
 def _mean(total: torch.Tensor, n: int) -> float:
     return (total / n).item() if n else float("nan")
 
@@ -236,6 +248,14 @@ def _on_threads(fn: Callable[[list[int]], list[torch.Tensor]], chunks: list[list
 
 
 PER_THREAD_MAX_BATCH = 256  # evaluate: above this a batch's steps are worth sharing between threads (bench scaling)
+CUDA_EVAL_BATCH = 4096  # on a GPU a split in few large batches: each batch is 56 sequential small launches per layer
+
+
+def eval_batch_size_for(device: torch.device, configured: int) -> int:
+    """The evaluation batch size on `device`: the configured one on a CPU (docs/decisions/004), at least
+    CUDA_EVAL_BATCH on a CUDA GPU, where a batch costs the same launches whatever its size."""
+    return max(configured, CUDA_EVAL_BATCH) if torch.device(device).type == "cuda" else configured
+
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 250,
@@ -323,24 +343,26 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
         val_x: torch.Tensor, val_y: torch.Tensor, *, epochs: int, batch_size: int, seed: int,
         log_interval: int = 10, eval_batch_size: int = 250, amp: str = "off", start_epoch: int = 0,
         start_batch: int = 0, step: int = 0, hooks: FitHooks | None = None,
-        scaler: torch.amp.GradScaler | None = None) -> FitResult:
+        scaler: torch.amp.GradScaler | None = None, cuda_graphs: bool = True) -> FitResult:
     """Train for `epochs` epochs (from `start_epoch`/`start_batch` when resuming), validating after each.
 
     `hooks.augment` changes training batches only: validation here (and the test set in the worker) goes
     through `evaluate`, which never augments. `scaler`: fp16 loss scaling made by the caller (who saves and
-    restores it with the checkpoints); made here when amp is fp16 and none is given."""
+    restores it with the checkpoints); made here when amp is fp16 and none is given. `cuda_graphs`: on a CUDA
+    device, replay the training step from a CUDA graph where it can (cuda_graph.py)."""
     hooks = hooks or FitHooks()
     total_epochs = hooks.epochs or (lambda: epochs)
     epoch, batch0, last_val = start_epoch, start_batch, None
     scaler = scaler or grad_scaler(train_x.device, amp)  # one per run: its scale carries over between epochs
     watch = ExplosionWatch()  # one per run: a streak of exploded logs may cross an epoch boundary
+    graph = graphed_step(model, optimizer, amp, train_x.device, cuda_graphs)
     while epoch < total_epochs():
         order = epoch_order(len(train_x), seed, epoch).to(train_x.device)  # replayable for resume
         on_log = (lambda p, e=epoch: hooks.on_log(e, p)) if hooks.on_log else None
         result = train_one_epoch(model, optimizer, train_x, train_y, batches(order, batch_size, batch0),
                                  step=step, batch_offset=batch0, grad_clip=hooks.grad_clip or (lambda: 0.0),
                                  log_interval=log_interval, on_log=on_log, before_step=hooks.before_step, amp=amp,
-                                 scaler=scaler, augment=hooks.augment, watch=watch)
+                                 scaler=scaler, augment=hooks.augment, watch=watch, graph=graph)
         step = result.step
         if result.diverged:
             return FitResult("diverged", epoch, step, result.batches_done, last_val, result.reason)

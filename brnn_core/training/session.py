@@ -51,6 +51,7 @@ from brnn_core.training.engine import (
     FitHooks,
     FitResult,
     LogPoint,
+    eval_batch_size_for,
     evaluate,
     fit,
     grad_scaler,
@@ -315,7 +316,8 @@ class TrainingSession:
         cfg, start = self.cfg, self.position
         result = fit(self.model, self.optimizer, splits.train_x, splits.train_y, splits.val_x, splits.val_y,
                      epochs=cfg.epochs, batch_size=cfg.batch_size, seed=cfg.seed, log_interval=cfg.log_interval,
-                     eval_batch_size=cfg.eval_batch_size, amp=cfg.amp, start_epoch=start.epoch,
+                     eval_batch_size=eval_batch_size_for(splits.train_x.device, cfg.eval_batch_size), amp=cfg.amp,
+                     start_epoch=start.epoch,
                      start_batch=start.batch, step=start.step, hooks=hooks, scaler=self.scaler)
         self.step = result.step
         if result.state == State.DIVERGED:
@@ -378,14 +380,15 @@ class TrainingSession:
         self._write(message="evaluating the best checkpoint on the test set", step=result.step)
         if run.best_ckpt.is_file():
             model.load_state_dict(load_checkpoint(run.best_ckpt).model_state)
-        test = evaluate(model, splits.test_x, splits.test_y, batch_size=cfg.eval_batch_size, amp=cfg.amp,
+        eval_batch = eval_batch_size_for(splits.test_x.device, cfg.eval_batch_size)
+        test = evaluate(model, splits.test_x, splits.test_y, batch_size=eval_batch, amp=cfg.amp,
                         num_classes=len(splits.classes))
         run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
                        elapsed_s=self.elapsed_s())
         my_scores, summary = mix.finish(model, drawings) if mix is not None else (None, "")
         extra = {"my_drawings": my_scores} if my_scores else {}
         if start_val_acc is not None:
-            after = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size,
+            after = evaluate(model, splits.val_x, splits.val_y, batch_size=eval_batch,
                              num_classes=len(splits.classes))
             end_val = after.accuracy
             extra["validation"] = {"before": start_val_acc, "after": end_val, "per_class_after": after.per_class,
@@ -452,8 +455,8 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
         splits.train_x, splits.train_y = mix.mixed(splits.train_x, splits.train_y)
         config["my_drawings"] = mix.record(model, cfg, config.get("my_drawings"))
     if cfg.init_from and "start_val_acc" not in config:  # fine-tuning: what it knew before, for before -> after
-        before = evaluate(model, splits.val_x, splits.val_y, batch_size=cfg.eval_batch_size,
-                          num_classes=len(splits.classes))
+        before = evaluate(model, splits.val_x, splits.val_y, num_classes=len(splits.classes),
+                          batch_size=eval_batch_size_for(device, cfg.eval_batch_size))
         config["start_val_acc"], config["start_val_per_class"] = before.accuracy, before.per_class
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
