@@ -232,6 +232,7 @@ def cmd_lr_find(args) -> int:
     curve = lr_find.find_lr(cfg, data_dir, steps=args.steps, progress=lambda m: print(m, flush=True))
     curve.write_csv(args.out)
     atomic_write_json(args.out.with_suffix(".json"), {"suggestion": curve.suggestion, "rule": lr_find.RULE,
+                                                     "suggestions": curve.suggestions(),
                                                      "stopped_early": curve.stopped_early, "steps": len(curve.lrs)})
     how = "stopped when the loss exploded" if curve.stopped_early else "ran to the end of the range"
     print(f"{len(curve.lrs)} steps, lr {curve.lrs[0]:.1e} to {curve.lrs[-1]:.1e} ({how}); curve: {args.out}")

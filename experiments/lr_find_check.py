@@ -11,6 +11,7 @@ measured, never trained or chosen on). Decision: docs/decisions/017-lr-finder-ch
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import subprocess
 import sys
@@ -19,18 +20,23 @@ from pathlib import Path
 
 from brnn_core.config import TrainConfig
 from brnn_core.runs.rundir import Run
+from brnn_core.training import lr_find
 from experiments.epochs_default import DEFAULT_TEST, ROOT, SMOKE_SETS, SMOKE_TEST_DIGITS, mean_std, score, test_digits
 
 
-def suggestion(runs_dir: Path, seed: int, sets: tuple[str, ...]) -> float:
+def suggestions(runs_dir: Path, seed: int, sets: tuple[str, ...]) -> dict[str, float]:
+    """Each rule's suggestion (lr_find.RULES) on this seed's range test, as "Use this lr" puts it in the form."""
     out = runs_dir / f"lr-find-seed{seed}.csv"
-    if not out.with_suffix(".json").is_file():
+    if not out.is_file():
         subprocess.run([sys.executable, "-m", "brnn_core", "lr-find", "--out", str(out), *sets], cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL)
-    found = json.loads(out.with_suffix(".json").read_text())["suggestion"]
-    if found is None:
-        raise SystemExit(f"seed {seed}: the lr finder made no suggestion")
-    return float(f"{found:.2g}")  # what "Use this lr" puts in the form
+    with open(out) as fh:
+        rows = list(csv.DictReader(fh))
+    lrs, smoothed = [float(r["lr"]) for r in rows], [float(r["smoothed_loss"]) for r in rows]
+    found = {rule: lr_find.suggest(lrs, smoothed, rule) for rule in lr_find.RULES}
+    if None in found.values():
+        raise SystemExit(f"seed {seed}: a rule made no suggestion: {found}")
+    return {rule: float(f"{lr:.2g}") for rule, lr in found.items()}
 
 
 def trained(runs_dir: Path, lr: float, sets: tuple[str, ...], cache: dict) -> Run:
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         args.epochs, args.seeds = 1, [0]
     digits = test_digits(args.test, SMOKE_TEST_DIGITS if args.smoke else None)
     default_lr = TrainConfig().lr
-    results: dict[str, list[float]] = {"suggested": [], "default": []}
+    results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         runs_dir = args.runs_dir or Path(tmp) / "runs"
         runs_dir.mkdir(parents=True, exist_ok=True)
@@ -68,17 +74,19 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             sets = ("--set", "dataset=mnist-sample", "--set", f"epochs={args.epochs}", "--set", f"seed={seed}",
                     *(SMOKE_SETS if args.smoke else ()))
-            lr = suggestion(runs_dir, seed, sets)
-            line = [f"seed {seed}: suggested lr {lr:g}"]
-            for name, value in (("suggested", lr), ("default", default_lr)):
-                row = score(trained(runs_dir, value, sets, cache), digits)
-                results[name].append(row["test_acc"] * 100)
-                line.append(f"{name} ({value:g}) test {row['test_acc']:.2%} val {row['val_acc']:.2%} {row['run']}")
-            cache_file.write_text(json.dumps(cache, indent=1))
-            print("  ".join(line), flush=True)
+            lrs = {**suggestions(runs_dir, seed, sets), "default": default_lr}
+            for name, lr in lrs.items():
+                row = {**score(trained(runs_dir, lr, sets, cache), digits), "lr": lr}
+                cache_file.write_text(json.dumps(cache, indent=1))
+                results.setdefault(name, []).append(row)
+                print(f"seed {seed} {name:8s} lr {lr:<8g} val {row['val_acc']:.2%}  test {row['test_acc']:.2%}  "
+                      f"{row['run']}", flush=True)
     print(f"\n{len(digits[1]):,} test digits from {args.test}; {args.epochs} epochs; seeds {args.seeds}")
-    for name, accs in results.items():
-        print(f"{name:9s}: test accuracy % {mean_std(accs)}  per seed {', '.join(f'{a:.2f}' for a in accs)}")
+    for name, rows in results.items():
+        lrs = ", ".join(f"{r['lr']:g}" for r in rows)
+        tests = [r["test_acc"] * 100 for r in rows]
+        print(f"{name:8s}: lr {lrs}  val % {mean_std([r['val_acc'] * 100 for r in rows])}  "
+              f"test % {mean_std(tests)}  per seed {', '.join(f'{t:.2f}' for t in tests)}")
     return 0
 
 

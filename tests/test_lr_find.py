@@ -10,16 +10,21 @@ import numpy as np
 import pytest
 from helpers import run_cli
 
-from brnn_core.training.lr_find import SAFETY, suggest
+from brnn_core.training.lr_find import DEFAULT_RULE, RULES, SAFETY, suggest
 
 
 def test_the_rule_on_a_known_curve():
     lrs = list(np.logspace(-6, 0, 120))
     # a loss that falls fastest at lr = 1e-3 (a logistic step in log lr), then flat
     loss = [2.3 - 2.0 / (1 + np.exp(-(np.log10(lr) + 3) * 3)) for lr in lrs]
-    assert suggest(lrs, loss) == pytest.approx(1e-3 / SAFETY, rel=0.15)
-    assert suggest(lrs, [1.0] * 120) is None  # never falls: no suggestion
-    assert suggest(lrs[:5], loss[:5]) is None
+    assert suggest(lrs, loss, "steepest") == pytest.approx(1e-3 / SAFETY, rel=0.15)
+    # then rising again past lr = 1e-1: the lowest point is there, the suggestion a tenth of it
+    loss = [value + (max(np.log10(lr) + 1, 0)) ** 2 for lr, value in zip(lrs, loss, strict=True)]
+    assert suggest(lrs, loss, "minimum") == pytest.approx(1e-1 / 10, rel=0.15)
+    assert suggest(lrs, loss) == suggest(lrs, loss, DEFAULT_RULE)
+    for rule in RULES:
+        assert suggest(lrs, [1.0] * 120, rule) is None  # never falls: no suggestion
+        assert suggest(lrs[:5], loss[:5], rule) is None
 
 
 @pytest.mark.worker
@@ -32,7 +37,7 @@ def test_lr_find_on_the_sample(tmp_path, idx_data):
     assert list(rows[0]) == ["lr", "loss", "smoothed_loss"] and 20 <= len(rows) <= 120
     lrs = [float(r["lr"]) for r in rows]
     assert lrs == sorted(lrs) and lrs[0] == pytest.approx(1e-6)
-    found = re.search(r"suggested peak lr: (\S+) \(the steepest fall", out.stdout)
+    found = re.search(r"suggested peak lr: (\S+) \(" + re.escape(RULES[DEFAULT_RULE]), out.stdout)
     assert found, out.stdout
     assert 1e-5 < float(found.group(1)) < 1
     assert not runs_dir.exists() or not any(runs_dir.iterdir())  # a throwaway model: no run

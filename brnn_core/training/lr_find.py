@@ -2,8 +2,8 @@
 hundred steps while the lr grows exponentially from `start` to `end`, stop when the loss explodes, and suggest
 a peak lr from the smoothed loss curve. Nothing is saved but the curve; no run is created.
 
-The suggestion ("steepest"): the lr where the smoothed loss falls fastest against log(lr), divided by
-SAFETY, since the steepest point lies just before the region where the loss turns; the rule is printed with it.
+Two rules read the curve (RULES); the suggestion is DEFAULT_RULE's, chosen by the 5-epoch runs of
+docs/decisions/017-lr-finder-rule.md, and printed with its rule. Both rules are written to the summary file.
 """
 
 from __future__ import annotations
@@ -26,8 +26,13 @@ from brnn_core.training.splits import load_splits, model_config_for, prepare_dev
 START, END, STEPS = 1e-6, 1.0, 200
 BETA = 0.98  # the smoothing of the loss curve (an exponential moving average, debiased)
 EXPLODES = 4.0  # stop once the smoothed loss is this many times its lowest
-SAFETY = 3.0  # the suggestion: the steepest descent's lr over this
-RULE = f"the steepest fall of the smoothed loss against log(lr), divided by {SAFETY:g}"
+SAFETY = 3.0  # "steepest": the steepest descent's lr over this
+RULES = {
+    "minimum": "a tenth of the lr where the smoothed loss is lowest",
+    "steepest": f"the steepest fall of the smoothed loss against log(lr), divided by {SAFETY:g}",
+}
+DEFAULT_RULE = "minimum"
+RULE = RULES[DEFAULT_RULE]
 
 
 @dataclass(frozen=True)
@@ -35,8 +40,12 @@ class LrCurve:
     lrs: list[float]
     losses: list[float]
     smoothed: list[float]
-    suggestion: float | None  # None when the curve never fell
+    suggestion: float | None  # DEFAULT_RULE's; None when the curve never fell
     stopped_early: bool  # the loss exploded before `end`
+
+    def suggestions(self) -> dict[str, float | None]:
+        """Every rule's suggestion for this curve."""
+        return {rule: suggest(self.lrs, self.smoothed, rule) for rule in RULES}
 
     def write_csv(self, path: Path) -> Path:
         path = Path(path)
@@ -91,17 +100,20 @@ def range_test(model: BiLSTM, optimizer: torch.optim.Optimizer, x: torch.Tensor,
     return LrCurve(lrs, losses, smoothed, suggest(lrs, smoothed), stopped)
 
 
-def suggest(lrs: list[float], smoothed: list[float]) -> float | None:
-    """RULE over the curve, leaving out its first and last tenth (warm-up noise, the explosion)."""
+def suggest(lrs: list[float], smoothed: list[float], rule: str = DEFAULT_RULE) -> float | None:
+    """`rule` (RULES) over the curve, leaving out its first and last tenth (warm-up noise, the explosion);
+    None when the loss never fell (by 1 % at least)."""
     if len(lrs) < 10:
         return None
     log_lr, loss = np.log(np.asarray(lrs)), np.asarray(smoothed)
-    slope = np.gradient(loss, log_lr)
     lo, hi = len(lrs) // 10, len(lrs) - max(len(lrs) // 10, 1)
+    if loss[lo:hi].min() > 0.99 * loss[lo]:
+        return None
+    if rule == "minimum":
+        return float(lrs[lo + int(np.argmin(loss[lo:hi]))] / 10)
+    slope = np.gradient(loss, log_lr)
     k = lo + int(np.argmin(slope[lo:hi]))
-    if slope[k] >= 0 or loss[lo:hi].min() > 0.99 * loss[lo]:
-        return None  # the loss never fell (by 1 % at least): no lr to suggest
-    return float(lrs[k] / SAFETY)
+    return float(lrs[k] / SAFETY) if slope[k] < 0 else None
 
 
 def find_lr(cfg: TrainConfig, data_dir: Path, *, steps: int = STEPS, start: float = START, end: float = END,
