@@ -26,8 +26,10 @@ from brnn_core.devices import device_choices
 from brnn_core.model import INPUT_SCALES
 from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
 from brnn_core.runs.progress import lr_plan, progress_text
+from brnn_core.runs.protocol import STOP
 from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError
+from brnn_core.runs.seeds import SeedsError
 from brnn_core.schedule import SCHEDULES
 from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, State
 from ui.branch import branch_form
@@ -45,7 +47,7 @@ from ui.common import (
     state_label,
 )
 from ui.lr_finder import lr_finder_panel
-from ui.state import form_key, form_now, train_form
+from ui.state import SEEDS_KEY, form_key, form_now, form_seeds, seeds_text, train_form
 from ui.warmup import predraw_progress
 
 runs_dir, data_dir = folders()
@@ -59,13 +61,13 @@ active = state in ACTIVE_STATES
 show_flashes()
 
 # ------------------------------------------------------------------ the form
-FIXED_WHILE_RUNNING = "Fixed while a run is training: it needs a new run (stop the current one first)."
 defaults = TrainConfig(dataset=default_dataset(data_dir))
 form = train_form(data_dir)  # survives page changes; complete however another page filled it
 
 
 error_slots: dict = {}
 labels: dict[str, str] = {}
+seed_problem: dict[str, str] = {}  # what is wrong with the Seeds text (not a TrainConfig field)
 
 
 def field(name: str, widget, *, start=None, **kwargs):
@@ -80,62 +82,75 @@ def field(name: str, widget, *, start=None, **kwargs):
     return value
 
 
+def seeds_field() -> None:
+    """Seeds: one run per seed ("0,1,2" starts a seed group); the first is the form's seed."""
+    seeds_text()  # its default: the form's one seed
+    st.text_input("Seeds", key=SEEDS_KEY, help="One run per seed, queued one after another: 0,1,2 trains the same "
+                  "settings three times (a seed group, shown as mean ± std on the Runs page). "
+                  + TrainConfig.help_for("seed"))
+    labels["seeds"] = "Seeds"
+    error_slots["seeds"] = st.empty()
+    try:
+        form["seed"] = form_seeds()[0]
+    except SeedsError as exc:
+        seed_problem["seeds"] = str(exc)
+
+
 left, right = st.columns([1, 2], gap="large")
 with left:
     st.subheader("Hyperparameters")
     if active:
-        st.info(f"Run **{run.id}** is {state}. Architecture and data are fixed for it; "
-                "the learning rate, clipping, epochs and augmentation can be changed live on the right.")
+        st.info(f"Run **{run.id}** is {state}: change its learning rate, clipping, epochs and augmentation live "
+                "on the right. This form is for the next run: **Start training** queues it behind what trains.")
     device_options = device_choices()
     with st.expander("Data and device", expanded=not active):
-        field("dataset", st.selectbox, label="Dataset", options=list(DATASETS), disabled=active,
+        field("dataset", st.selectbox, label="Dataset", options=list(DATASETS),
               format_func=lambda n: DATASETS[n].title)
         st.caption(f"{DATASETS[form['dataset']].description} **Status:** {availability(form['dataset'], data_dir)}")
-        field("device", st.selectbox, label="Device", options=list(device_options), disabled=active,
+        field("device", st.selectbox, label="Device", options=list(device_options),
               start=form["device"] if form["device"] in device_options else "auto",
               format_func=lambda d: device_options[d])
         if not torch.cuda.is_available():
             st.caption("No CUDA GPU on this machine: training runs on the CPU.")
-        field("val_fraction", st.number_input, label="Validation fraction", step=0.05, format="%.2f",
-              disabled=active)
+        field("val_fraction", st.number_input, label="Validation fraction", step=0.05, format="%.2f")
     with st.expander("Fine-tune on my drawings", expanded=False):
-        field("init_from", st.text_input, label="Start from checkpoint", disabled=active,
+        field("init_from", st.text_input, label="Start from checkpoint",
               placeholder="runs/<id>/checkpoints/best.pt (empty: random weights)")
-        field("my_drawings", st.number_input, label="My drawings share", step=0.05, format="%.2f", disabled=active)
+        field("my_drawings", st.number_input, label="My drawings share", step=0.05, format="%.2f")
     with st.expander("Model", expanded=not active):
         for name, label in (("hidden_size", "Hidden size"), ("num_layers", "LSTM layers")):
-            field(name, st.number_input, label=label, step=1, disabled=active)
-        field("dropout", st.number_input, label="Dropout", step=0.05, format="%.2f", disabled=active)
-        field("head", st.selectbox, label="Head", options=HEADS, disabled=active)
-        field("input_scale", st.selectbox, label="Input scale", options=list(INPUT_SCALES), disabled=active)
-        if active:
-            st.caption(FIXED_WHILE_RUNNING)
+            field(name, st.number_input, label=label, step=1)
+        field("dropout", st.number_input, label="Dropout", step=0.05, format="%.2f")
+        field("head", st.selectbox, label="Head", options=HEADS)
+        field("input_scale", st.selectbox, label="Input scale", options=list(INPUT_SCALES))
     with st.expander("Optimisation", expanded=not active):
-        field("optimizer", st.selectbox, label="Optimizer", options=OPTIMIZERS, disabled=active)
+        field("optimizer", st.selectbox, label="Optimizer", options=OPTIMIZERS)
         for name, label, fmt, step in (("lr", "Learning rate", "%.5f", 0.001), ("batch_size", "Batch size", None, 10),
                                        ("epochs", f"Epochs ({epochs_auto_label(form['dataset'])})", None, 1),
                                        ("momentum", "SGD momentum", "%.3f", 0.05),
                                        ("weight_decay", "Weight decay", "%.5f", 0.0001),
                                        ("grad_clip", "Gradient clipping (0 = off)", "%.2f", 0.5)):
             kwargs = {"format": fmt} if fmt else {}
-            field(name, st.number_input, label=label, step=step, disabled=active, **kwargs)
-        field("lr_schedule", st.selectbox, label="Learning-rate schedule", options=list(SCHEDULES), disabled=active)
+            field(name, st.number_input, label=label, step=step, **kwargs)
+        field("lr_schedule", st.selectbox, label="Learning-rate schedule", options=list(SCHEDULES))
         field("augment", st.selectbox, label="Augmentation (training images only)", options=list(AUGMENT_LEVELS),
-              disabled=active, format_func=lambda a: f"auto: {resolve_augment(a, form['dataset'])} for this dataset"
+              format_func=lambda a: f"auto: {resolve_augment(a, form['dataset'])} for this dataset"
               if a == "auto" else a)
         field("drawn_share", st.number_input, label="Pen-stroke copies of the training digits (share)", step=0.1,
-              format="%.2f", disabled=active)
+              format="%.2f")
     with st.expander("Advanced"):
-        for name, label in (("seed", "Seed"), ("log_interval", "Log every N steps"),
+        seeds_field()
+        for name, label in (("log_interval", "Log every N steps"),
                             ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)")):
-            field(name, st.number_input, label=label, step=1, disabled=active)
-        field("amp", st.selectbox, label="Mixed precision", options=AMP_MODES, disabled=active)
+            field(name, st.number_input, label=label, step=1)
+        field("amp", st.selectbox, label="Mixed precision", options=AMP_MODES)
 
     try:
         config = TrainConfig.from_dict(form)
         errors = {}
     except ConfigError as exc:
         config, errors = None, exc.errors
+    errors = {**errors, **seed_problem}
     for name, message in errors.items():
         if name in error_slots:
             error_slots[name].error(f"{labels[name]}: {message}", icon=":material/error:")
@@ -144,20 +159,35 @@ with left:
 
 # ------------------------------------------------------------------ buttons
 def on_start() -> None:
+    """Start one run per seed; while something trains they wait in the queue (the page says where)."""
+    busy = active_run_id(runs_dir)
     try:
-        new = registry().start(runs_dir, TrainConfig.from_dict(form_now(data_dir)), data_dir=data_dir)
-    except (ConfigError, RunError, OSError) as exc:
+        seeds = form_seeds()
+        new = registry().start_seeds(runs_dir, TrainConfig.from_dict(form_now(data_dir)), seeds, data_dir=data_dir)
+    except (ConfigError, RunError, SeedsError, OSError) as exc:
         flash("error", f"Not started: {exc}")
-        st.session_state["busy_with"] = active_run_id(runs_dir)  # a link to it under the message
+        st.session_state["busy_with"] = getattr(exc, "run_id", None)  # a link to the run it duplicates
         return
-    select_run(new.id)
-    flash("success", f"Started run {new.id}.")
+    select_run(new[0].id)
+    if busy:
+        flash("success", f"Queued {', '.join(r.id for r in new)}: "
+              f"{'they start one after another' if len(new) > 1 else 'it starts'} when the device is free.")
+    else:
+        flash("success", f"Started run {new[0].id}." + (f" Queued after it: {', '.join(r.id for r in new[1:])}."
+                                                        if len(new) > 1 else ""))
 
 
 def on_command(cmd: str) -> None:
     cid = run.send_command(cmd)
     st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = cmd.capitalize()
     flash("info", {"pause": "Pausing…", "resume": "Resuming…", "stop": "Stopping: saving a checkpoint first…"}[cmd])
+
+
+def on_cancel() -> None:
+    """Take the queued run out of the queue: its worker ends it `stopped` (it never trained, nothing is lost)."""
+    cid = run.send_command(STOP)
+    st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = "Cancel"
+    flash("info", f"Cancelling {run.id}: it leaves the queue…")
 
 
 def on_resume_checkpoint() -> None:
@@ -202,8 +232,9 @@ with right:
     if errors:
         st.error("Fix the highlighted hyperparameters before starting: "
                  + ", ".join(labels.get(name, name) for name in errors))
-    b1.button("Start training", type="primary", on_click=on_start, disabled=bool(errors) or active,
-              help="Creates a new run and trains it in the background.", use_container_width=True)
+    b1.button("Start training", type="primary", on_click=on_start, disabled=bool(errors),
+              help="Creates a new run (one per seed) and trains it in the background; while another run trains, "
+                   "it waits in the queue and starts when the device is free.", use_container_width=True)
     b2.button("Pause", on_click=on_command, args=("pause",), disabled=state not in (State.RUNNING, State.LOADING),
               use_container_width=True)
     if can_resume_ckpt:
@@ -212,15 +243,20 @@ with right:
     else:
         b3.button("Resume", on_click=on_command, args=("resume",), disabled=state != State.PAUSED,
                   use_container_width=True, help=resume_problem(run) if run is not None else None)
-    b4.button("Stop", on_click=on_command, args=("stop",), disabled=not active,
-              help="Saves last.pt, then ends the run (it can be resumed).", use_container_width=True)
+    if state == State.QUEUED:
+        b4.button("Cancel", on_click=on_cancel, use_container_width=True,
+                  help="Takes this run out of the queue; it never trained, so nothing is lost.")
+    else:
+        b4.button("Stop", on_click=on_command, args=("stop",), disabled=not active,
+                  help="Saves last.pt, then ends the run (it can be resumed).", use_container_width=True)
+    note, link = st.empty(), st.empty()  # always two slots here: what follows keeps its place
     if active and not errors:
-        st.caption(f"**Start training** is off while this run is {state}: one run trains at a time. Stop it, or "
-                   "wait for it to end.")
+        note.caption(f"**Start training** queues a new run while this run is {state}: it starts when the device "
+                     "is free (one run per device).")
     busy_with = st.session_state.pop("busy_with", None)
     if busy_with and (run is None or busy_with != run.id):
-        st.button(f"Show the run that is training ({short_id(busy_with)})", on_click=select_run, args=(busy_with,),
-                  icon=":material/arrow_forward:")
+        link.button(f"Show that run ({short_id(busy_with)})", on_click=select_run, args=(busy_with,),
+                    icon=":material/arrow_forward:")
 
 
 with right:
@@ -277,8 +313,8 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     message = s.get("message") or ""
     slot = st.empty()  # always one element here: a changing element count leaves stale copies on screen
     if message and not (s.get("state") == State.RUNNING and message.startswith("epoch ")):  # the progress line has it
-        kind = {State.FAILED: slot.error, State.DIVERGED: slot.error, State.INTERRUPTED: slot.warning}.get(
-            s.get("state"), slot.caption)
+        kind = {State.FAILED: slot.error, State.DIVERGED: slot.error, State.INTERRUPTED: slot.warning,
+                State.QUEUED: slot.info}.get(s.get("state"), slot.caption)  # queued: where it stands in line
         kind(message)
     total = s.get("total_steps") or 0
     batch = (live_run.config().get("train") or {}).get("batch_size")
