@@ -6,6 +6,7 @@ Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failu
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,10 +27,10 @@ from brnn_core.data.loading import ensure_dataset, load_dataset
 from brnn_core.devices import amp_problem, device_problem, resolve_device
 from brnn_core.fileio import atomic_write_json
 from brnn_core.inference.predictor import Predictor
-from brnn_core.runs import worker_lock
+from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.branch import create_planned, parse_from, plan_branch
 from brnn_core.runs.cli import add_parser as add_runs_parser
-from brnn_core.runs.index import update_store
+from brnn_core.runs.index import seed_group, update_store
 from brnn_core.runs.progress import ProgressPrinter
 from brnn_core.runs.protocol import SET
 from brnn_core.runs.retention import resume_problem
@@ -40,6 +41,7 @@ from brnn_core.runs.rundir import (
     new_run_config,
     resolve_run,
 )
+from brnn_core.runs.seeds import SeedsError, parse_seeds, seed_configs
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
@@ -48,6 +50,7 @@ from brnn_core.training.engine import evaluate
 from brnn_core.training.session import train_run_dir
 from brnn_core.training.teach import TeachError, teach_config
 from brnn_core.training.warmstart import initial_checkpoint
+from brnn_core.training.worker import train_in_turn
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -99,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "weight_decay, momentum, dataset and epochs (the total, counting RUN's epochs; default: "
                             "RUN's plan, or one more epoch), not the architecture")
     train.add_argument("--keep-tags", action="store_true", help="with --from: the branch starts with RUN's tags")
+    train.add_argument("--seeds", metavar="S,S,...", help="a seed group: one run per seed (e.g. 0,1,2), the same "
+                                                         "settings otherwise, trained one after another in turn")
     train.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
     train.set_defaults(func=cmd_train)
 
@@ -152,38 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------- train
 def cmd_train(args) -> int:
+    """`train`: one new run (or one per --seeds), a resume, or a branch; each waits its turn on its device."""
     data_dir = args.data_dir or default_data_dir()
     runs_dir = args.runs_dir or default_runs_dir()
     if args.keep_tags and not args.from_run:
         raise BadInput("--keep-tags copies a parent's tags to its branch: use it with --from RUN")
+    seeds = seeds_from_args(args)
     if args.from_run:
-        run, resume = branch_from_args(args, runs_dir, data_dir), False
+        runs, resume = [branch_from_args(args, runs_dir, data_dir)], False
     elif args.resume:
-        live = parse_set(args.set)
-        fixed = sorted(set(live) - set(LIVE_FIELDS))
-        if args.config or fixed:
-            raise BadInput("--resume continues a run with its own config; only "
-                           f"{', '.join(LIVE_FIELDS)} can change (--set epochs=5), not "
-                           f"{', '.join(fixed) or '--config'}")
-        try:
-            run = resolve_run(runs_dir, args.resume)
-        except ValueError as exc:
-            raise BadInput(str(exc)) from None
-        status = run.status()
-        state = status.get("state")
-        if state in ACTIVE_STATES:
-            raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
-        if worker_lock.held(run.path):  # a live worker, whatever its (lost or rewritten) status.json says
-            raise BadInput(f"run {run.id} is being trained by another live process; stop it before resuming")
-        finished_problem = resume_finished_problem(run, status, live)
-        if finished_problem:
-            raise BadInput(finished_problem)
-        pruned = resume_problem(run, status)
-        if pruned:
-            raise BadInput(pruned)
-        for name, value in live.items():  # applied by the worker before its first step, and logged
-            run.send_command(SET, field=name, value=value)
-        resume = True
+        runs, resume = [resumed_from_args(args, runs_dir)], True
     else:
         cfg = load_train_config(args.config, args.set, data_dir)
         try:  # the file, its architecture and classes: refused before any run is created, not by the worker
@@ -191,23 +174,96 @@ def cmd_train(args) -> int:
         except CheckpointError as exc:
             raise BadInput(f"--set init_from: {exc}") from None
         ensure_dataset(cfg.dataset, data_dir)  # offline and missing: exit 2 before any run is created
-        run, resume = create_run(runs_dir, new_run_config(cfg, data_dir)), False
-    print(f"run directory: {run.path}", flush=True)
+        runs = [create_run(runs_dir, new_run_config(one, data_dir)) for one in seed_configs(cfg, seeds or [cfg.seed])]
+        resume = False
+    for run in runs:
+        print(f"run directory: {run.path}", flush=True)
+    if len(runs) > 1:
+        print(f"seed group {seed_group(runs[0].config().get('train'))}: {len(runs)} runs, trained one after "
+              "another", flush=True)
+        for run in runs:  # in line at once, in this order: a run started elsewhere meanwhile waits behind them
+            lifecycle.joined_queue(run, os.getpid())
+    states = []
+    for k, run in enumerate(runs):
+        states.append(train_one_in_turn(run, runs[k + 1:], data_dir=data_dir, resume=resume))
+        if states[-1] == State.INTERRUPTED:  # Ctrl-C: the runs still in line left it too
+            break
+    update_store(runs_dir)  # the dashboard's next start reads none of the runs already in it
+    done = len(states) == len(runs) and all(s in (State.FINISHED, State.STOPPED) for s in states)
+    return EXIT_OK if done else EXIT_FAILURE
+
+
+def train_one_in_turn(run, later: list, *, data_dir: Path, resume: bool) -> str:
+    """Wait for `run`'s turn and train it, as the dashboard's worker does, saying where it stands in the queue;
+    its final state. Ctrl-C while it waits cancels it and the runs in line after it (`later`)."""
+    def say(message: str) -> None:
+        print(f"{message}; waiting (Ctrl-C cancels)", flush=True)
+
     try:
-        state = train_run_dir(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter())
-    except worker_lock.RunBusy as exc:  # a worker started between the check above and here
+        state = train_in_turn(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter(), say=say)
+    except KeyboardInterrupt:  # while it waited: the queue marked it cancelled
+        state = None
+    except worker_lock.RunBusy as exc:  # a worker started between the resume's checks and here
         raise BadInput(str(exc)) from None
+    if state in (None, State.INTERRUPTED):
+        for waiting in later:
+            lifecycle.cancelled_while_queued(waiting, "cancelled while queued (Ctrl-C)")
+    if state is None:
+        print(f"\ncancelled while queued (Ctrl-C): run {run.id} never trained"
+              + (f", nor the {len(later)} after it" if later else ""), file=sys.stderr, flush=True)
+        return State.INTERRUPTED
     status = run.status()
     if status.get("state") != state:  # the worker could not record how it ended: its files are not writable
         print(f"\nerror: the run ended {state}, but its status could not be saved in {run.path}: make the runs "
               f"folder writable and check that the disk has free space, then resume it: "
               f"python -m brnn_core train --resume {run.id}", file=sys.stderr, flush=True)
-        return EXIT_FAILURE
+        return State.FAILED
     print(f"\n{status.get('message') or state}", flush=True)
-    update_store(run.path.parent)  # the dashboard's next start reads none of the runs already in it
-    return EXIT_OK if state in (State.FINISHED, State.STOPPED) else EXIT_FAILURE
+    return state
 
 
+def seeds_from_args(args) -> list[int] | None:
+    """--seeds as a list, checked before anything is created (None when not given)."""
+    if args.seeds is None:
+        return None
+    if args.resume or args.from_run:
+        raise BadInput("--seeds starts new runs, one per seed: it cannot be combined with --resume or --from "
+                       "(resume or branch each run on its own)")
+    if any(s.split("=", 1)[0].strip() == "seed" for s in args.set):
+        raise BadInput("--seeds gives each run its seed: drop --set seed=...")
+    try:
+        return parse_seeds(args.seeds)
+    except SeedsError as exc:
+        raise BadInput(f"--seeds {args.seeds}: {exc}") from None
+
+
+def resumed_from_args(args, runs_dir: Path):
+    """`train --resume RUN`: the run, checked resumable, with the --set live changes sent to its next worker."""
+    live = parse_set(args.set)
+    fixed = sorted(set(live) - set(LIVE_FIELDS))
+    if args.config or fixed:
+        raise BadInput("--resume continues a run with its own config; only "
+                       f"{', '.join(LIVE_FIELDS)} can change (--set epochs=5), not "
+                       f"{', '.join(fixed) or '--config'}")
+    try:
+        run = resolve_run(runs_dir, args.resume)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    status = run.status()
+    state = status.get("state")
+    if state in ACTIVE_STATES:
+        raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
+    if worker_lock.held(run.path):  # a live worker, whatever its (lost or rewritten) status.json says
+        raise BadInput(f"run {run.id} is being trained by another live process; stop it before resuming")
+    finished_problem = resume_finished_problem(run, status, live)
+    if finished_problem:
+        raise BadInput(finished_problem)
+    pruned = resume_problem(run, status)
+    if pruned:
+        raise BadInput(pruned)
+    for name, value in live.items():  # applied by the worker before its first step, and logged
+        run.send_command(SET, field=name, value=value)
+    return run
 def resume_finished_problem(run, status: dict, live: dict) -> str | None:
     """Why `train --resume` of a finished run would do nothing but test it again (None: it trains more epochs)."""
     if status.get("state") != State.FINISHED:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import time
+
+import psutil
 import pytest
-from helpers import build_app, copy_run, no_exception, wait_for, wait_for_state
+from helpers import build_app, copy_run, no_exception, rerun_until, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
+from brnn_core.runs import queue
 from brnn_core.runs.rundir import list_runs
 
 
@@ -17,7 +22,7 @@ def app() -> AppTest:
     return build_app().run()
 
 
-CONTROLS = ("Start training", "Pause", "Resume", "Stop")
+CONTROLS = ("Start training", "Pause", "Resume", "Stop", "Cancel")
 
 
 def buttons(at: AppTest) -> dict[str, bool]:
@@ -139,15 +144,16 @@ def test_start_pause_resume_stop_a_real_worker(dirs):
     wait_for_state(run, "running")
     at.run()
     no_exception(at)
-    assert buttons(at) == {"Start training": False, "Pause": True, "Resume": False, "Stop": True}
-    assert at.number_input(key="w_hidden_size").disabled  # architecture fixed while it trains
+    # Start stays on: it queues the next run; the form is that next run's
+    assert buttons(at) == {"Start training": True, "Pause": True, "Resume": False, "Stop": True}
+    assert not at.number_input(key="w_hidden_size").disabled
     assert at.number_input(key="live_lr").value == pytest.approx(0.01)  # live controls shown
     assert any(b.label == "Apply" for b in at.button)
 
     next(b for b in at.button if b.label == "Pause").click().run()
     wait_for_state(run, "paused")
     at.run()
-    assert buttons(at) == {"Start training": False, "Pause": False, "Resume": True, "Stop": True}
+    assert buttons(at) == {"Start training": True, "Pause": False, "Resume": True, "Stop": True}
 
     # A live change while paused: applied between steps and acknowledged in the event log.
     at.number_input(key="live_lr").set_value(0.001)
@@ -176,7 +182,7 @@ def test_start_pause_resume_stop_a_real_worker(dirs):
 
 @pytest.mark.worker
 @pytest.mark.slow
-def test_other_sessions_see_the_active_run_and_cannot_start_another(dirs):
+def test_other_sessions_see_the_active_run_and_may_queue_another(dirs):
     runs_dir, _ = dirs
     at = app()
     at.number_input(key="w_hidden_size").set_value(16)
@@ -185,13 +191,89 @@ def test_other_sessions_see_the_active_run_and_cannot_start_another(dirs):
     start_button(at).click().run()
     run = list_runs(runs_dir)[0]
     wait_for_state(run, ("loading", "running"))
-    # A second browser session opens the page: it follows the active run and cannot start another.
+    # A second browser session opens the page: it follows the active run, and its Start would queue one more.
     other = app()
-    assert buttons(other)["Start training"] is False
+    assert buttons(other)["Start training"] is True
+    assert any("**Start training** queues a new run while this run is" in c.value for c in other.caption)
     assert query_run(other) == run.id
     run.send_command("stop")
     wait_for_state(run, ("stopped", "finished"))
     assert len(list_runs(runs_dir)) == 1
+
+
+def training_elsewhere(finished, runs_dir):
+    """A copy of a finished run that reads as training on the cpu, and the cpu's slot held by this test process
+    (its stand-in worker): runs started now must wait in the queue."""
+    run = copy_run(finished, runs_dir)
+    me = psutil.Process()
+    run.write_status(state="running", message="epoch 1/5", pid=me.pid, pid_started=me.create_time(), slot="cpu",
+                     host=socket.gethostname(), heartbeat=time.time(), ended=None)
+    slot = queue.try_take(runs_dir, "cpu")
+    assert slot is not None
+    return run, slot
+
+
+def info_texts(at: AppTest) -> list[str]:
+    return [i.value for i in at.info]
+
+
+@pytest.mark.worker
+def test_start_while_a_run_trains_queues_a_seed_group_that_a_fresh_session_sees_and_cancel_works(dirs, finished):
+    runs_dir, _ = dirs
+    busy, slot = training_elsewhere(finished, runs_dir)
+    try:
+        at = app()
+        assert at.sidebar.selectbox(key="run_picker").value == busy.id
+        assert buttons(at)["Start training"] is True
+        assert at.text_input(key="w_seeds").value == "0"
+        at.number_input(key="w_hidden_size").set_value(8)
+        at.text_input(key="w_seeds").set_value("5,6")
+        start_button(at).click().run()
+        no_exception(at)
+        first, second = sorted((r for r in list_runs(runs_dir) if r.id != busy.id),
+                               key=lambda r: r.config()["train"]["seed"])
+        assert any(f"Queued {first.id}, {second.id}" in m.value for m in at.success), [m.value for m in at.success]
+        assert first.status()["queued_at"] < second.status()["queued_at"]  # in line in the order of the seeds
+        assert query_run(at) == first.id
+        rerun_until(at, lambda a: f"queued: 1st in line, behind run {busy.id} on cpu" in info_texts(a),
+                    "the page to say where the first run stands", 120)
+        assert buttons(at) == {"Start training": True, "Pause": False, "Resume": False, "Cancel": True}
+
+        # A double click: the same settings again are refused, naming the run they repeat
+        start_button(at).click().run()
+        assert any("Not started" in e.value and "exactly these settings" in e.value for e in at.error)
+        assert len(list_runs(runs_dir)) == 3
+
+        # A restarted dashboard (a fresh session, a fresh registry) finds the queue on disk, in order
+        fresh = build_app()
+        fresh.query_params["run"] = second.id
+        fresh.run()
+        no_exception(fresh)
+        assert f"queued: 2nd in line, behind run {first.id} on cpu" in info_texts(fresh)
+
+        # Cancel the first: it ends stopped without training, and the second moves up
+        next(b for b in at.button if b.label == "Cancel").click().run()
+        assert any("Cancelling" in m.value for m in at.info), info_texts(at)
+        status = wait_for_state(first, "stopped", 60)
+        assert status["message"] == "cancelled while queued" and first.metrics().empty
+        rerun_until(at, lambda a: any(first.id in m.value and "stopped" in m.value for m in a.markdown),
+                    "the page to show the cancelled run stopped", 30)
+        assert any("cancelled while queued" in c.value for c in at.caption), [c.value for c in at.caption]
+        rerun_until(fresh, lambda a: f"queued: 1st in line, behind run {busy.id} on cpu" in info_texts(a),
+                    "the second run to move up", 60)
+    finally:
+        slot.release()
+
+
+def test_bad_seeds_show_inline_and_keep_start_off(dirs):
+    at = app()
+    at.text_input(key="w_seeds").set_value("0,0").run()
+    no_exception(at)
+    assert buttons(at)["Start training"] is False
+    assert any("Seeds: seed 0 is given twice" in e.value for e in at.error), [e.value for e in at.error]
+    at.text_input(key="w_seeds").set_value("1, 2").run()
+    assert not at.error and buttons(at)["Start training"] is True
+    assert at.session_state["form"]["seed"] == 1  # the first seed is the form's seed
 
 
 @pytest.mark.worker

@@ -13,14 +13,15 @@ import threading
 import psutil
 import pytest
 from helpers import STEPS_PER_EPOCH as SPE
-from helpers import copy_run, make_run, wait_for
+from helpers import copy_run, kill_workers, make_run, wait_for
 
 from brnn_core import charts, cli
 from brnn_core.checkpoint import load_checkpoint, save_checkpoint
 from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.runs import queue
 from brnn_core.runs.branch import PARENT_CKPT, BranchError, branch_points, create_branch, plan_branch, with_parents
 from brnn_core.runs.jobs import JobRegistry
-from brnn_core.runs.rundir import Run, RunError, create_run, list_runs
+from brnn_core.runs.rundir import Run, create_run, list_runs
 from brnn_core.training.worker import train_run_dir
 
 # A constant lr: a cosine schedule is planned over the run's epochs, so a branch that raises them (and the straight
@@ -232,14 +233,21 @@ def test_stop_and_resume_a_branch(family, parent_run, runs_dir, capsys):
     assert val_losses(child)[4] == pytest.approx(val_losses(straight)[4], rel=1e-6)
 
 
-def test_the_registry_starts_one_branch_at_a_time(parent_run, runs_dir):
+@pytest.mark.worker
+def test_a_branch_started_while_another_run_trains_waits_its_turn(parent_run, runs_dir):
     parent = copy_run(parent_run, runs_dir)
     other = make_run(runs_dir, epochs=1)
-    me = psutil.Process(os.getpid())  # a live process stands in for another run's worker
-    other.write_status(state="running", pid=me.pid, pid_started=me.create_time())
-    with pytest.raises(RunError, match=f"run {other.id} is still running; stop it .* before starting a branch"):
-        JobRegistry().branch(runs_dir, parent.id, "last", {"lr": 0.001})
-    assert sorted(r.id for r in list_runs(runs_dir)) == sorted([parent.id, other.id])
+    me = psutil.Process(os.getpid())  # a live process stands in for another run's worker, holding the cpu
+    other.write_status(state="running", pid=me.pid, pid_started=me.create_time(), slot="cpu")
+    slot = queue.try_take(runs_dir, "cpu")
+    try:
+        child = JobRegistry().branch(runs_dir, parent.id, "last", {"lr": 0.001}, data_dir=runs_dir / "data")
+        wait_for(lambda: child.status().get("message") == f"queued: 1st in line, behind run {other.id} on cpu", 120,
+                 "the branch to wait for the cpu")
+        assert child.metrics().empty
+    finally:
+        slot.release()
+        kill_workers(runs_dir)
     with pytest.raises(BranchError):  # BranchError is a RunError: the pages' handlers catch it
         plan_branch(runs_dir, parent.id, "last", {"num_layers": 3})
 

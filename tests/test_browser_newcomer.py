@@ -119,7 +119,8 @@ def test_train_with_the_defaults_live_lr_pause_and_resume(server, page):
     page.wait_for_function("() => /step [1-9]\\d*\\//.test(document.body.innerText)", timeout=T)
     (run,) = list_runs(runs)
     assert run.config()["train"]["epochs"] >= 10  # the offline sample's default leaves time to try things
-    expect(page.get_by_text(re.compile(r"Start training\*?\*? is off while this run is")).first).to_be_visible()
+    queues = re.compile(r"Start training\*?\*? queues a new run while this run is")
+    expect(page.get_by_text(queues).first).to_be_visible()
 
     live_lr = page.get_by_role("spinbutton", name="Peak learning rate")
     enter(live_lr, "0")  # caught before anything is sent

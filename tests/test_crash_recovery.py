@@ -235,7 +235,7 @@ def test_dashboard_restart_shows_the_true_state_of_a_live_run(tmp_path, idx_data
             no_exception(at)
             assert any(run.id in m and "running" in m for m in texts(at.markdown)), texts(at.markdown)
             buttons = {b.label: b.disabled for b in at.button}
-            assert buttons["Start training"] is True and buttons["Stop"] is False and buttons["Pause"] is False
+            assert buttons["Start training"] is False and buttons["Stop"] is False and buttons["Pause"] is False
 
             proc.kill()
             proc.wait(60)

@@ -96,7 +96,7 @@ def test_two_gpus_take_two_runs_and_the_third_waits_its_turn(runs_dir):
     status = runs[3].status()
     assert status["state"] == "stopped" and status["message"] == "cancelled while queued"
     assert any(e["kind"] == "stop" and "never trained" in e["message"] for e in runs[3].events())
-    assert not runs[3].metrics_path.exists() or len(runs[3].metrics()) == 0
+    assert runs[3].metrics().empty
     with queue.wait_turn(runs[3], TWO_GPUS) as device:  # the GPUs are free again
         assert device == "cuda:0"
 

@@ -1,4 +1,4 @@
-"""The dashboard's shared session state, one owner each: the Train form and the picked checkpoint.
+"""The dashboard's shared session state, one owner each: the Train form (with its Seeds) and the picked checkpoint.
 
 Every page reads and writes these through the functions here, never through raw session-state keys, so a
 page opened first (Sweep, Predict) finds them complete, and a button on one page that sets them is what the
@@ -7,15 +7,18 @@ other page shows. The selected run lives in ui/common (it is kept in the URL).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import streamlit as st
 
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import default_dataset
+from brnn_core.runs.seeds import SeedsError, parse_seeds
 
 _FORM = "form"  # field -> value, the Train page's form as last drawn
 _CHECKPOINT = "picked_checkpoint"  # the resolved path of the checkpoint the Predict page predicts with
+SEEDS_KEY = "w_seeds"  # the Seeds field's text ("0,1,2": one run each); its first seed is the form's `seed`
 
 
 def form_key(name: str) -> str:
@@ -45,13 +48,32 @@ def fill_train_form(values: dict, data_dir: Path) -> dict:
     form.update(known)
     for name in known:
         st.session_state.pop(form_key(name), None)
+    if "seed" in known:  # the Seeds field starts again from the one seed given
+        st.session_state.pop(SEEDS_KEY, None)
     return form
 
 
+def seeds_text() -> str:
+    """What the Seeds field holds: what was typed, else the form's one seed. (It reads the stored form without
+    rebuilding it: the Train page's form dict stays the one its widgets write to.)"""
+    if SEEDS_KEY not in st.session_state:
+        st.session_state[SEEDS_KEY] = str((st.session_state.get(_FORM) or {}).get("seed", TrainConfig().seed))
+    return st.session_state[SEEDS_KEY]
+
+
+def form_seeds() -> list[int]:
+    """The seeds to start, one run each; SeedsError says what is wrong with the typed text."""
+    return parse_seeds(seeds_text())
+
+
 def form_now(data_dir: Path) -> dict:
-    """The form as its widgets hold it now (callbacks run before the script body redraws the form)."""
+    """The form as its widgets hold it now (callbacks run before the script body redraws the form); `seed` is
+    the Seeds field's first seed."""
     state = st.session_state
-    return {name: state.get(form_key(name), value) for name, value in train_form(data_dir).items()}
+    now = {name: state.get(form_key(name), value) for name, value in train_form(data_dir).items()}
+    with contextlib.suppress(SeedsError):  # the field shows what is wrong; the form keeps its last good seed
+        now["seed"] = form_seeds()[0]
+    return now
 
 
 def pick_checkpoint(path: str | Path) -> None:

@@ -5,7 +5,7 @@ memory must be freed when a run ends. `start_worker` creates the run directory a
 `python -m brnn_core.training.worker DIR`; the page then steers it through the control channel
 (`Run.send_command`, runs.protocol) and reads the run directory. `spawn` is how every background process
 starts (workers here, sweep drivers in sweep.launch). `JobRegistry` is the one place the dashboard starts
-anything, runs and sweeps alike, so only one job trains at a time.
+anything, runs and sweeps alike: a run started while others train waits its turn (runs.queue).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.branch import create_branch
 from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config
+from brnn_core.runs.seeds import seed_configs
 from brnn_core.states import ACTIVE_STATES
 
 WORKER_MODULE = "brnn_core.training.worker"
@@ -86,26 +87,36 @@ def active_runs(runs_dir: Path) -> list[Run]:
     return [r for r in list_runs(runs_dir) if r.status().get("state") in ACTIVE_STATES]
 
 
+class DuplicateRun(RunError):
+    """A start of exactly the settings (seed included) of a run that is still queued or training."""
+
+    def __init__(self, message: str, run_id: str):
+        super().__init__(message)
+        self.run_id = run_id
+
+
 class JobRegistry:
     """Every background job this server started, training workers and sweep drivers, in one place.
 
-    One job trains at a time (they would share the cores): `launch` refuses, under one lock, while a run is
-    active on disk, while a sweep driver started here is alive, or while `also_busy` names something (the
-    sweep layer passes its check for sweeps started from the command line). The processes are kept only to
-    reap them and to show a sweep driver that has not written its sweep.json yet; disk is the truth.
-    Shared by every browser session through `st.cache_resource`, hence the lock.
+    A run is always started: its worker waits in the queue (runs.queue) while its device is busy. A sweep takes
+    the whole machine, so `launch` refuses one, under one lock, while a run is active on disk (queued ones too),
+    while a sweep driver started here is alive, or while `also_busy` names something (the sweep layer passes
+    its check for sweeps started from the command line). A start of exactly the settings of an active run is
+    refused: the same seed trains the same run, so it is a second click, not a second experiment. The
+    processes are kept only to reap them and to show a sweep driver that has not written its sweep.json yet;
+    disk is the truth. Shared by every browser session through `st.cache_resource`, hence the lock.
     """
 
     def __init__(self, also_busy: Callable[[Path], str | None] | None = None):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._procs: dict[str, tuple[str, subprocess.Popen]] = {}  # id -> (kind: run | sweep, process)
         self._also_busy = also_busy
 
     def launch(self, runs_dir: Path, kind: str, doing: str, spawn: Callable[[], tuple[str, subprocess.Popen]]) -> str:
-        """Refuse if something is training, else `spawn()` and keep its (id, process); returns the id."""
+        """`spawn()` and keep its (id, process); returns the id. A sweep is refused while anything trains."""
         with self._lock:
             self.reap()
-            problem = self._busy(runs_dir)
+            problem = self._busy(runs_dir) if kind == "sweep" else None
             if problem:
                 raise RunError(f"{problem}; stop it (or wait for it) before {doing}")
             job_id, proc = spawn()
@@ -122,16 +133,35 @@ class JobRegistry:
         return self._also_busy(runs_dir) if self._also_busy else None
 
     def start(self, runs_dir: Path, cfg: TrainConfig, *, data_dir: Path | None = None) -> Run:
-        """Start a run unless one is already training: two quick clicks start exactly one."""
-        def spawn():
-            run, proc = start_worker(runs_dir, cfg, data_dir=data_dir)
-            return run.id, proc
+        """Start a run (queued behind what trains); two quick clicks start exactly one (DuplicateRun)."""
+        return self.start_seeds(runs_dir, cfg, [cfg.seed], data_dir=data_dir)[0]
 
-        return Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting another", spawn))
+    def start_seeds(self, runs_dir: Path, cfg: TrainConfig, seeds: list[int], *,
+                    data_dir: Path | None = None) -> list[Run]:
+        """One run per seed, queued in that order; none when one of them duplicates an active run."""
+        cfgs = seed_configs(cfg, seeds)
+        for one in cfgs:
+            one.validate()
+        with self._lock:
+            active = {r.id: r.config().get("train") for r in active_runs(runs_dir)}
+            for one in cfgs:
+                same = next((run_id for run_id, train in active.items() if train == one.to_dict()), None)
+                if same:
+                    raise DuplicateRun(f"run {same} has exactly these settings (seed {one.seed}) and is still "
+                                       "queued or training; change the seed to train another", same)
+
+            def spawner(one: TrainConfig) -> Callable[[], tuple[str, subprocess.Popen]]:
+                def spawn():
+                    run, proc = start_worker(runs_dir, one, data_dir=data_dir)
+                    return run.id, proc
+                return spawn
+
+            return [Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting another", spawner(one)))
+                    for one in cfgs]
 
     def branch(self, runs_dir: Path, parent_ref: str, kind: str = "last", overrides: dict | None = None, *,
                data_dir: Path | None = None, keep_tags: bool = False) -> Run:
-        """Create a branch of `parent_ref` (branch.create_branch) and start it, under the same one-job rule."""
+        """Create a branch of `parent_ref` (branch.create_branch) and start it (queued behind what trains)."""
         def spawn():
             run = create_branch(runs_dir, parent_ref, kind, overrides, data_dir=data_dir, keep_tags=keep_tags)
             return run.id, spawn_worker(run, data_dir=data_dir)
@@ -139,6 +169,10 @@ class JobRegistry:
         return Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting a branch", spawn))
 
     def resume(self, run: Run, *, data_dir: Path | None = None) -> None:
+        """Continue an ended run from its last.pt (queued behind what trains)."""
+        state = run.status().get("state")
+        if state in ACTIVE_STATES:
+            raise RunError(f"run {run.id} is still {state}; stop it before resuming")
         if worker_lock.held(run.path):  # before anything is written: its live worker's status stays as it is
             raise RunError(f"run {run.id} is being trained by another live process; stop it before resuming")
         pruned = resume_problem(run)
