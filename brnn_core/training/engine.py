@@ -343,13 +343,14 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
         val_x: torch.Tensor, val_y: torch.Tensor, *, epochs: int, batch_size: int, seed: int,
         log_interval: int = 10, eval_batch_size: int = 250, amp: str = "off", start_epoch: int = 0,
         start_batch: int = 0, step: int = 0, hooks: FitHooks | None = None,
-        scaler: torch.amp.GradScaler | None = None, cuda_graphs: bool = True) -> FitResult:
+        scaler: torch.amp.GradScaler | None = None, cuda_graphs: bool = False) -> FitResult:
     """Train for `epochs` epochs (from `start_epoch`/`start_batch` when resuming), validating after each.
 
     `hooks.augment` changes training batches only: validation here (and the test set in the worker) goes
     through `evaluate`, which never augments. `scaler`: fp16 loss scaling made by the caller (who saves and
     restores it with the checkpoints); made here when amp is fp16 and none is given. `cuda_graphs`: on a CUDA
-    device, replay the training step from a CUDA graph where it can (cuda_graph.py)."""
+    device, replay the training step from a CUDA graph where it can (cuda_graph.py); off until a GPU check has
+    shown the graph trains the same weights as the eager step (benchmarks/README.md, "GPU")."""
     hooks = hooks or FitHooks()
     total_epochs = hooks.epochs or (lambda: epochs)
     epoch, batch0, last_val = start_epoch, start_batch, None
