@@ -40,12 +40,11 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
     with st.expander("Branch from here", icon=":material/call_split:"):
         found = _readable_checkpoints(run)
         stored = run.stored_status()
-        pruned = [reason for kind in BRANCH_CHECKPOINTS if kind not in found
-                  for reason in [pruned_reason(run, kind, stored)] if reason]
+        pruned = pruned_reason(run, tuple(k for k in BRANCH_CHECKPOINTS if k not in found), stored)
         if pruned:
             left = " or ".join(f"{k}.pt" for k in found)
-            st.caption(f"{'; '.join(pruned)}: " + (f"branch from {left}." if found else
-                                                   "nothing is left to branch from (its records are kept)."))
+            st.caption(f"{pruned}: " + (f"branch from {left}." if found else
+                                        "nothing is left to branch from (its records are kept)."))
         if not found:
             if not pruned:
                 st.caption("No checkpoint saved yet: nothing to branch from.")

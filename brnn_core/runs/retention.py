@@ -111,21 +111,22 @@ def delete_checkpoints(run: Run, names: list[str], why: str, *, by: str, status:
     return total
 
 
-def pruned_reason(run: Run, kind: str, status: Mapping | None = None) -> str | None:
-    """Why `kind` (last | best) of `run` is missing when a prune removed it (None: not pruned, or still there)."""
-    name = f"{kind}.pt"
-    if (run.checkpoint_dir / name).is_file():
-        return None
+def pruned_reason(run: Run, kinds: str | tuple[str, ...], status: Mapping | None = None) -> str | None:
+    """Why these checkpoints (last | best) of `run` are missing, for those a prune removed (None: none was)."""
     status = run.stored_status() if status is None else status
-    record = (status.get("pruned") or {}).get(name)
-    if not record:
+    pruned = status.get("pruned") if isinstance(status.get("pruned"), dict) else {}
+    names = [f"{k}.pt" for k in ((kinds,) if isinstance(kinds, str) else kinds)]
+    names = [n for n in names if pruned.get(n) and not (run.checkpoint_dir / n).is_file()]
+    if not names:
         return None
-    record = record if isinstance(record, dict) else {}
+    record = pruned[names[0]] if isinstance(pruned[names[0]], dict) else {}
     stamp = record.get("time")
     when = [time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))] if isinstance(stamp, (int, float)) and stamp else []
     by = {"runs prune": " by `runs prune`", "sweep": " by its sweep"}.get(record.get("by"), "")
     details = "; ".join(when + ([str(record["why"])] if record.get("why") else []))
-    return f"run {run.id}'s {name} was pruned{by} to save disk" + (f" ({details})" if details else "")
+    were = "was" if len(names) == 1 else "were"
+    return (f"run {run.id}'s {' and '.join(names)} {were} pruned{by} to save disk"
+            + (f" ({details})" if details else ""))
 
 
 def resume_problem(run: Run, status: Mapping | None = None) -> str | None:
@@ -216,6 +217,12 @@ def _score(entry: Entry, metric: str) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
+def _locked(path: Path) -> bool:
+    """A live process holds the run's worker lock. No lock file: no worker ever held it (checking would create
+    one, and a dry run changes nothing)."""
+    return (path / worker_lock.LOCK_NAME).exists() and worker_lock.held(path)
+
+
 def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str = "val_loss",
                per: str = DEFAULT_PER, index: RunIndex | None = None) -> PrunePlan:
     """What pruning `run_ids` to the best `keep_best` would delete; nothing is changed."""
@@ -230,7 +237,7 @@ def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str =
         state = effective_status(dict(entry.stored_status)).get("state")
         if state not in ENDED_STATES:
             plan.untouched[rid] = str(state)
-        elif worker_lock.held(runs_dir / rid):
+        elif _locked(runs_dir / rid):
             plan.untouched[rid] = "a live process holds its worker lock"
         else:
             units.setdefault(_unit(per, rid, entry), []).append((rid, _score(entry, metric)))
