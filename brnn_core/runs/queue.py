@@ -120,15 +120,28 @@ class View:
     holders: dict[str, str]
 
 
-def scan(runs_dir: Path, machine: Machine) -> View:
-    """Read every run's status.json once: live queued runs (with the slots their config asks for) and the live
-    runs that hold a slot."""
+def read_status(path: Path, cache: dict | None) -> RunStatus | None:
+    """A run folder's status.json, parsed again only when its size or modification time changed (`cache`)."""
+    try:
+        stat = (path / "status.json").stat()
+    except OSError:
+        return None
+    key = (stat.st_mtime_ns, stat.st_size)
+    hit = cache.get(path) if cache is not None else None
+    if hit is None or hit[0] != key:
+        hit = (key, RunStatus.read(path / "status.json"))
+        if cache is not None:
+            cache[path] = hit
+    return hit[1]
+
+
+def scan(runs_dir: Path, machine: Machine, cache: dict | None = None) -> View:
+    """Every run's status (re-read only where it changed, with a `cache` kept between scans): the live queued
+    runs, with the slots their config asks for, and the live runs that hold a slot."""
     waiting, holders = [], {}
     for path in sorted(Path(runs_dir).iterdir()) if Path(runs_dir).is_dir() else []:
-        if path.name.startswith(".") or not (path / "status.json").is_file():
-            continue
-        status = RunStatus.read(path / "status.json")
-        if status.state not in ACTIVE_STATES or not worker_alive(status):
+        status = None if path.name.startswith(".") else read_status(path, cache)
+        if status is None or status.state not in ACTIVE_STATES or not worker_alive(status):
             continue
         if status.get("slot"):
             holders[status["slot"]] = path.name
@@ -189,11 +202,11 @@ def wait_turn(run: Run, machine: Machine, *, cancelled: Callable[[], None] = lam
     runs_dir = run.path.parent
     me = Entry(run.id, lifecycle.joined_queue(run, os.getpid()),
                slots_for((run.config().get("train") or {}).get("device"), machine))
-    said, written, lock = None, time.monotonic(), None
+    said, written, lock, seen = None, time.monotonic(), None, {}
     try:
         while lock is None:
             cancelled()
-            view, blocked = scan(runs_dir, machine), sweep_running(runs_dir)
+            view, blocked = scan(runs_dir, machine, seen), sweep_running(runs_dir)
             for slot in () if blocked else open_slots(me, view):
                 lock = try_take(runs_dir, slot)
                 if lock is not None:
