@@ -13,18 +13,12 @@ import pytest
 from browser_server import browser_page, require_browser, screenshot, start_server, stop_server
 from helpers import REPO, TINY, train_run, tree_digest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:
-    expect = None
-
-require_browser()
-
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # three runs train before the server starts
-SHOTS = REPO / "test-output" / "screenshots"
-T = 60_000  # ms
-if expect is not None:
-    expect.set_options(timeout=T)
+require_browser()  # skips the module before playwright is imported below
+
+from playwright.sync_api import expect  # noqa: E402
+
+WAIT_MS = 60_000  # anything visible: no run trains while the page is used
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +44,9 @@ def test_free_disk_space_previews_then_prunes(folder):
         return float(m[m.split == "val"].loss.min())
 
     keeper, loser = sorted((a, b), key=best_loss)
-    with browser_page(SHOTS / "runs-retention-last-state.png", T) as page:
+    expect.set_options(timeout=WAIT_MS)
+    shots = REPO / "test-output" / "screenshots"
+    with browser_page(shots / "runs-retention-last-state.png", WAIT_MS) as page:
         page.goto(f"{srv.url}/runs")
         title = page.get_by_text(re.compile(r"Free disk space · the runs folder holds [\d.]+ [kMG]B in 3 runs"))
         expect(title.first).to_be_visible()
@@ -64,7 +60,7 @@ def test_free_disk_space_previews_then_prunes(folder):
         expect(free).to_be_disabled()
         confirm.first.click()
         expect(free).to_be_enabled()
-        screenshot(page, "runs-free-disk-space", SHOTS)
+        screenshot(page, "runs-free-disk-space", shots)
         free.click()
         expect(page.get_by_text(re.compile(r"Freed [\d.]+ [kMG]B: the checkpoints of 1 run")).first).to_be_visible()
         assert keeper.best_ckpt.is_file() and alone.best_ckpt.is_file()
