@@ -47,7 +47,6 @@ from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
 from brnn_core.training import lr_find
 from brnn_core.training.engine import evaluate
-from brnn_core.training.session import train_run_dir
 from brnn_core.training.teach import TeachError, teach_config
 from brnn_core.training.warmstart import initial_checkpoint
 from brnn_core.training.worker import train_in_turn
@@ -193,14 +192,16 @@ def cmd_train(args) -> int:
     return EXIT_OK if done else EXIT_FAILURE
 
 
+def say_waiting(message: str) -> None:
+    """A waiting run's place in line, as `train` and `teach` print it."""
+    print(f"{message}; waiting (Ctrl-C cancels)", flush=True)
+
+
 def train_one_in_turn(run, later: list, *, data_dir: Path, resume: bool) -> str:
     """Wait for `run`'s turn and train it, as the dashboard's worker does, saying where it stands in the queue;
     its final state. Ctrl-C while it waits cancels it and the runs in line after it (`later`)."""
-    def say(message: str) -> None:
-        print(f"{message}; waiting (Ctrl-C cancels)", flush=True)
-
     try:
-        state = train_in_turn(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter(), say=say)
+        state = train_in_turn(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter(), say=say_waiting)
     except KeyboardInterrupt:  # while it waited: the queue marked it cancelled
         state = None
     except worker_lock.RunBusy as exc:  # a worker started between the resume's checks and here
@@ -312,7 +313,7 @@ def cmd_teach(args) -> int:
     run = create_run(args.runs_dir or default_runs_dir(), new_run_config(cfg, data_dir))
     print(f"run directory: {run.path}\nteaching {args.checkpoint} your drawings: {cfg.epochs} epochs, "
           f"{100 * cfg.my_drawings:g}% of each epoch drawings, peak lr {cfg.lr:g}", flush=True)
-    state = train_run_dir(run, data_dir=data_dir, printer=ProgressPrinter())
+    state = train_in_turn(run, data_dir=data_dir, printer=ProgressPrinter(), say=say_waiting)
     print(f"\n{run.status().get('message') or state}", flush=True)
     if state == State.FINISHED:
         print(f"new checkpoint: {run.best_ckpt}", flush=True)
