@@ -19,12 +19,7 @@ from helpers import REPO, TINY, kill_workers, train_run, wait_for, wait_for_stat
 from brnn_core.runs import queue
 from brnn_core.runs.rundir import list_runs
 
-try:
-    from playwright.sync_api import expect
-except ImportError:
-    expect = None
-
-require_browser()
+require_browser()  # skips the module without Chromium and Playwright
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.worker]
 SHOTS = REPO / "test-output" / "screenshots"
@@ -53,6 +48,9 @@ def busy_server(tmp_path_factory):
 
 
 def test_start_while_a_run_trains_queues_and_cancel_takes_it_out(busy_server):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=T)
     srv, runs, busy = busy_server
     with browser_page(SHOTS / "train-queue-last-state.png", T) as page:
         page.goto(srv.url)
