@@ -21,7 +21,8 @@ from brnn_core.schedule import SCHEDULES
 DATASET_NAMES = tuple(DATASETS)  # the one list is data.datasets.DATASETS
 HEADS = ("bidir", "last")
 OPTIMIZERS = ("adam", "adamw", "sgd")
-AMP_MODES = ("off", "bf16", "fp16")
+# "auto": bf16 where the device runs it natively, else off (devices.resolve_amp; docs/decisions/016-amp-auto.md)
+AMP_MODES = ("auto", "off", "bf16", "fp16")
 # Training-batch augmentation (brnn_core/data/augment.py holds what each level does). "auto" picks per dataset:
 AUGMENT_LEVELS = ("auto", "off", "light", "medium", "strong")
 # the level that read digits best on mnist-sample (docs/decisions/001-augmentation.md); kmnist is handwriting too,
@@ -42,7 +43,8 @@ BEST_BY = ("val_loss", "val_accuracy")
 LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
 # What a run made before a setting existed trained with (its config.json lacks the key): it resumes, and its
 # live values read, as it was; the one home of these (the worker's config, the page's live values).
-PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0}
+PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0,
+                "amp": "off"}
 
 
 class ConfigError(ValueError):
@@ -114,7 +116,10 @@ class TrainConfig:
         "help": "Images per evaluation batch. The default was fastest on CPU (larger batches cost page faults: "
                 "docs/decisions/003-eval-batch-size.md).", "range": (1, 65536)})
     amp: str = field(default="off", metadata={
-        "help": "Mixed precision: off, bf16 or fp16 (fp16 on CUDA only)."})
+        "help": "Mixed precision: off (fp32); auto = bf16 where the device runs it natively (a CPU with "
+                "AVX512-BF16 or AMX, a CUDA GPU with bf16), else off, about twice as fast on such a CPU; bf16; "
+                "or fp16 (CUDA only). The run records what auto chose; the classifier layer, the loss and "
+                "best.pt's validation stay fp32 (docs/decisions/016-amp-auto.md)."})
     augment: str = field(default="auto", metadata={
         "help": "Random rotation, scale, slant, shift and stroke thickness per training image (never on validation "
                 "or test), so drawn digits are recognised: off, light, medium, strong, or auto = "

@@ -8,6 +8,7 @@ CPU's bf16 support).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import torch
@@ -103,6 +104,53 @@ def amp_problem(amp: str, device_spec: str, *, check_available: bool = True) -> 
 def cpu_has_bf16() -> bool:
     """True when oneDNN can run bf16 kernels on this CPU (its LSTM has no fallback without them)."""
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def resolve_amp(amp: str, device: torch.device) -> str:
+    """The precision a run trains in: `amp` itself, or for "auto" bf16 where `device` runs it natively, else off.
+
+    On CUDA, "auto" is what the LSTM really runs in under bf16 autocast (cuDNN's RNN may cast to fp16; then
+    fp16, whose loss scaling the engine adds). MPS stays off until measured (docs/decisions/016-amp-auto.md)."""
+    if amp != "auto":
+        return amp
+    if device.type == "cpu":
+        return "bf16" if cpu_has_bf16() else "off"
+    if device.type == "cuda":
+        return cuda_lstm_amp(device)
+    return "off"
+
+
+def run_amp(requested: str, recorded: object, device: torch.device) -> str:
+    """The precision a run trains in: for amp=auto what it recorded when it first started (`recorded`, its
+    config.json's top-level "amp"), so a resumed run keeps it; else `resolve_amp`."""
+    if requested == "auto" and recorded in ("off", "bf16", "fp16"):
+        return str(recorded)
+    return resolve_amp(requested, device)
+
+
+@functools.cache  # the probe runs kernels; a GPU answers the same for the process's life
+def cuda_lstm_amp(device: torch.device) -> str:
+    """"bf16" or "fp16": the dtype an LSTM's output has under bf16 autocast on `device`; "off" without bf16."""
+    if not torch.cuda.is_bf16_supported():
+        return "off"
+    from brnn_core.autocast_probe import lstm_autocast_dtype  # runs kernels: only where a CUDA run asks
+
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(lstm_autocast_dtype(device, torch.bfloat16), "off")
+
+
+def amp_auto_label(device_spec: str) -> str:
+    """What amp=auto means for `device_spec` here, for the form: "auto: bf16 on this CPU".
+
+    A GPU is named without being touched (the dashboard's server creates no CUDA context): its run decides."""
+    try:
+        kind = resolve_device(device_spec).type
+    except DeviceError:  # the device field says what is wrong with it
+        return "auto: bf16 where the device runs it natively, else off"
+    if kind == "cpu":
+        return "auto: bf16 on this CPU" if cpu_has_bf16() else "auto: off (fp32) on this CPU, which lacks native bf16"
+    if kind == "cuda":
+        return "auto: bf16 where the GPU runs it natively (the run records what it used)"
+    return f"auto: off (fp32) on {kind}"
 
 
 def resolve_device(spec: str):

@@ -68,7 +68,15 @@ class BiLSTM(nn.Module):
             h = self.cfg.hidden_size
             # forward state after the last row + backward state after the first row: both full passes
             feat = torch.cat([at_end[:, :h], out[:, 0, h:]], dim=1)  # (B, 2H)
-        return self.fc(feat)  # (B, num_classes)
+        return self.head(feat)  # (B, num_classes)
+
+    def head(self, feat: torch.Tensor) -> torch.Tensor:
+        """The classifier layer, in fp32 even under autocast: bf16 would round the logits, and so the loss's
+        gradients, to 8 bits (docs/decisions/016-amp-auto.md). The LSTM is where reduced precision pays."""
+        if not torch.is_autocast_enabled(feat.device.type):
+            return self.fc(feat)
+        with torch.autocast(feat.device.type, enabled=False):
+            return self.fc(feat.float())
 
 
 # The blog's bug was a model left in eval mode after validating; every switch goes through here and is undone

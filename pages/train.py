@@ -22,7 +22,7 @@ from brnn_core.config import (
     resolve_augment,
 )
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
-from brnn_core.devices import device_choices
+from brnn_core.devices import amp_auto_label, device_choices
 from brnn_core.model import INPUT_SCALES
 from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
 from brnn_core.runs.progress import lr_plan, progress_text
@@ -143,7 +143,8 @@ with left:
         for name, label in (("log_interval", "Log every N steps"),
                             ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)")):
             field(name, st.number_input, label=label, step=1)
-        field("amp", st.selectbox, label="Mixed precision", options=AMP_MODES)
+        field("amp", st.selectbox, label="Mixed precision", options=AMP_MODES,
+              format_func=lambda a: amp_auto_label(form["device"]) if a == "auto" else a)
 
     try:
         config = TrainConfig.from_dict(form)

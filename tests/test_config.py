@@ -154,6 +154,9 @@ def test_fp16_needs_cuda():
         with pytest.raises(ConfigError, match="this machine has none"):
             auto.validate()
     assert auto.validate(check_device=False).amp == "fp16"  # a config written for another machine
+    # amp=auto always validates: it resolves to something this device runs (devices.resolve_amp)
+    for device in ("cpu", "auto"):
+        assert TrainConfig(device=device, amp="auto").validate().amp == "auto"
 
 
 def test_device_problems():
@@ -250,7 +253,7 @@ BAD_VALUES = [
     ("dataset", "imagenet", r"not one of: mnist-sample, mnist, fashion-mnist"),
     ("optimizer", "rmsprop", r"not one of: adam, adamw, sgd"),
     ("head", "middle", r"not one of: bidir, last"),
-    ("amp", "fp8", r"not one of: off, bf16, fp16"),
+    ("amp", "fp8", r"not one of: auto, off, bf16, fp16"),
     ("device", "tpu", r"not a device; use auto, cpu, cuda, cuda:N or mps"),
     ("device", "cuda:x", r"GPU index must be a number"),
 ]

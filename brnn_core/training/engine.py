@@ -21,13 +21,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from brnn_core.data.batching import batches, epoch_order, to_input
+from brnn_core.devices import resolve_amp
 from brnn_core.model import mode
 from brnn_core.training.cuda_graph import GraphedStep
 from brnn_core.training.loss_scaling import LossScaler
 
 
 def autocast(device: torch.device, amp: str):
-    """Mixed-precision context for `amp` in (off, bf16, fp16)."""
+    """Mixed-precision context for `amp` in (auto, off, bf16, fp16); auto as `devices.resolve_amp` decides."""
+    amp = resolve_amp(amp, device)
     if amp == "off":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if amp == "bf16" else torch.float16
@@ -36,7 +38,12 @@ def autocast(device: torch.device, amp: str):
 
 def grad_scaler(device: torch.device, amp: str) -> LossScaler | None:
     """Loss scaling for fp16 training (bf16 has fp32's range and needs none); it counts the steps it skips."""
-    return LossScaler(device.type) if amp == "fp16" else None
+    return LossScaler(device.type) if resolve_amp(amp, device) == "fp16" else None
+
+
+# best.pt is chosen on validation in fp32: a reduced-precision forward pass moves a few predictions and the
+# loss that picks it (docs/decisions/016-amp-auto.md); the validation split is small, so it costs little.
+VALIDATION_AMP = "off"
 
 
 # A finite explosion is a diverged run too: SGD at lr=10 takes the loss from 2.3 to over 1,000 and the
@@ -190,7 +197,7 @@ def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch
     """Forward, backward, clip, step on one batch; returns the loss (on the device) and the class count."""
     with autocast(x.device, amp):
         logits = model(x)  # (B, C)
-        loss = F.cross_entropy(logits, y)
+    loss = F.cross_entropy(logits.float(), y)  # in fp32 whatever the model ran in
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
         loss.backward()
@@ -255,7 +262,6 @@ def eval_batch_size_for(device: torch.device, configured: int) -> int:
     """The evaluation batch size on `device`: the configured one on a CPU (docs/decisions/004), at least
     CUDA_EVAL_BATCH on a CUDA GPU, where a batch costs the same launches whatever its size."""
     return max(configured, CUDA_EVAL_BATCH) if torch.device(device).type == "cuda" else configured
-
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int = 250,
@@ -369,7 +375,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
             return FitResult("diverged", epoch, step, result.batches_done, last_val, result.reason)
         if result.stopped:
             return FitResult("stopped", epoch, step, result.batches_done, last_val)
-        last_val = evaluate(model, val_x, val_y, batch_size=eval_batch_size, amp=amp)
+        last_val = evaluate(model, val_x, val_y, batch_size=eval_batch_size, amp=VALIDATION_AMP)
         # Inf weights can still give a finite loss (saturated gates): check both before anything is saved.
         if (len(val_x) and not math.isfinite(last_val.loss)) or not weights_finite(model):
             return FitResult("diverged", epoch, step, result.batches_done, last_val, NOT_FINITE)

@@ -36,6 +36,7 @@ from brnn_core.config import (
 )
 from brnn_core.data.augment import Augmenter
 from brnn_core.data.datasets import DatasetError
+from brnn_core.devices import run_amp
 from brnn_core.fileio import atomic_write_json
 from brnn_core.model import BiLSTM
 from brnn_core.runs import worker_lock
@@ -432,6 +433,7 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
     config = run.config()
     cfg = run_config(run)
     device = prepare_device(dataclasses.replace(cfg, device=device) if device else cfg)
+    cfg = cfg.replace(amp=run_amp(cfg.amp, config.get("amp"), device))  # auto: as it first resolved
     keeper = ThreadKeeper(cfg.cpu_threads, on_change=lambda step, plan: run.log_event(
         "threads", f"now {plan.threads} CPU thread(s): {plan.why}", step=step)) if device.type == "cpu" else None
     run.write_status(message=f"loading {cfg.dataset}")
@@ -461,6 +463,7 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
     config.update(device=str(device), device_name=device_name(device), sizes=splits.sizes(),
                   threads={"torch": torch.get_num_threads(), "why": keeper.claims.plan.why} if keeper else None,
                   classes=splits.classes, data_source=splits.source, augment=resolve_augment(cfg.augment, cfg.dataset),
+                  amp=cfg.amp,
                   drawn_share=resolve_drawn_share(cfg.drawn_share, cfg.dataset))
     atomic_write_json(run.config_path, config)
     session = TrainingSession(run, cfg, model, optimizer, classes=splits.classes, start=began.position,
