@@ -483,8 +483,8 @@ def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Pr
     `resume_from` continues from another checkpoint than the run's own last.pt (a PBT trial taking a
     better trial's weights); `before_start(session)` runs once restored, before the first step (where PBT
     applies its new lr: the restored optimizer state brought back the old one); `status_fields` go into
-    the first status write (a trial's `ray_node`); `device` is the one the queue gave it. Raises RunBusy, having written nothing, while another
-    process trains the run (its worker lock)."""
+    the first status write (a trial's `ray_node`); `device` is the one the queue gave it. Raises RunBusy,
+    having written nothing, while another process trains the run (its worker lock)."""
     lock = contextlib.ExitStack()
     lock.enter_context(worker_lock.hold(run.path))
     me = psutil.Process(os.getpid())
