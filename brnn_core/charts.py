@@ -234,6 +234,8 @@ def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, w
         for point in branches:
             if point.child in curves:
                 mark_branch(fig, point, point.step if what == "train" else point.epoch)
+        if what == "val":  # epochs are whole: no tick at 1.2
+            whole_epochs(fig, int(max(max(trace.x, default=1) for trace in fig.data if trace.x is not None)))
     return note_if_empty(fig, "no finished epoch in the selected runs" if what == "val" else "no data yet")
 
 

@@ -45,6 +45,8 @@ def group_runs(index: RunIndex, group: str, run_ids: tuple[str, ...], shown: pd.
     seeds = {rid: (entry.config.get("train") or {}).get("seed") for rid, entry in index.entries(list(run_ids)).items()}
     rows = shown[shown["run_id"].isin(run_ids)]
     rows = rows.assign(seed=[seeds.get(rid) for rid in rows["run_id"]]).sort_values("seed", kind="stable")
+    # numbers again (the folded table beside it made these columns text): an empty cell, not "None"
+    rows = rows.assign(**{c: pd.to_numeric(rows[c], errors="coerce") for c in SPREAD_COLUMNS if c in rows})
     st.markdown(f"**Seed group {group}** · {len(rows)} runs, seeds "
                 f"{', '.join(str(seeds.get(rid)) for rid in rows['run_id'])}. Select runs here to overlay them one "
                 "by one beside the group's band.")
