@@ -158,9 +158,9 @@ def test_train_with_live_controls(dashboard, page):
     wait_chart_points_above(page, "Training loss (per step)", 3)  # a curve worth a screenshot
     screenshot(page, "train-running", SHOTS)
 
-    # Live learning rate: the form's own field is disabled (and folded away) while the run is active;
-    # the enabled one is in the "Live controls" box.
-    expect(page.get_by_role("spinbutton", name=LR_FIELD, include_hidden=True).first).to_be_disabled()
+    # Live learning rate: the one in the "Live controls" box (right of the form) changes this run; the form's
+    # own field (folded away while the run is active) stays enabled, for the next run (a Start now queues it).
+    expect(page.get_by_role("spinbutton", name=LR_FIELD, include_hidden=True).first).to_be_enabled()
     live_lr = page.get_by_role("spinbutton", name=LR_FIELD).last
     expect(live_lr).to_be_enabled()
     live_lr.fill("0.001")
