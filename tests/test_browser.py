@@ -29,10 +29,11 @@ from ui.common import picker_id
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 
 try:
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect, sync_playwright
 except ImportError:  # reported below: skipped, or failed when BRNN_REQUIRE_BROWSER=1
-    expect = sync_playwright = PlaywrightTimeout = None
+    expect = sync_playwright = PlaywrightTimeout = PlaywrightError = None
 
 
 if not CHROMIUM.is_file():
@@ -329,8 +330,15 @@ def test_runs_page_shows_a_confusion_matrix(dashboard, finished, page):
             if attempt == 2:
                 raise
     expect(select).to_have_value(finished.id)
-    expect(page.get_by_text("Confusion matrix (test set)").first).to_be_visible()
-    page.get_by_text("Confusion matrix (test set)").first.scroll_into_view_if_needed()
+    title = page.get_by_text("Confusion matrix (test set)").first
+    for attempt in range(3):  # a rerun may draw the chart anew between finding its title and scrolling to it
+        expect(title).to_be_visible()
+        try:
+            title.scroll_into_view_if_needed()
+            break
+        except PlaywrightError:
+            if attempt == 2:
+                raise
     expect(metric_value(page, "Test accuracy")).to_have_text(re.compile(r"^\d+\.\d\d%$"))
     # The most confident mistakes, as images captioned "true 7 → 9 (88%)", once the test set is loaded.
     expect(page.get_by_text("Misclassified test images")).to_be_visible()
