@@ -320,7 +320,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     total = s.get("total_steps") or 0
     batch = (live_run.config().get("train") or {}).get("batch_size")
     st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0,
-                text=progress_text(s, batch) or "waiting…")
+                text=progress_text(s, batch) or ("waiting…" if s.get("state") in ACTIVE_STATES else "no step trained"))
     events = live_run.events()
     sent = st.session_state.get("pending", {}).get(live_run.id, {})
     if s.get("state") not in ACTIVE_STATES:  # what was sent to this run is answered: its state says the rest
