@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from brnn_core.runs import lifecycle, worker_lock
@@ -233,6 +233,7 @@ def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str =
     entries = (index or RunIndex(runs_dir)).entries(list(run_ids))
     plan = PrunePlan(runs_dir, keep_best, metric, per)
     units: dict[str, list[tuple[str, float | None]]] = {}
+    paths: dict[str, list[Path]] = {}  # run id -> the files its item deletes
     for rid, entry in entries.items():
         state = effective_status(dict(entry.stored_status)).get("state")
         if state not in ENDED_STATES:
@@ -251,13 +252,11 @@ def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str =
                 continue
             files = checkpoint_files(Run(runs_dir / rid))
             if files:
-                paths = [p for ps in files.values() for p in ps]
-                plan.items.append(PruneItem(rid, tuple(files), tuple(p.name for p in paths), 0, value, rank, unit))
+                paths[rid] = [p for ps in files.values() for p in ps]
+                plan.items.append(PruneItem(rid, tuple(files), tuple(p.name for p in paths[rid]), 0, value, rank, unit))
     # what the whole prune frees, hard links between the runs counted once
-    freed = freed_bytes([runs_dir / i.run_id / "checkpoints" / f for i in plan.items for f in i.files])
-    plan.items = [PruneItem(i.run_id, i.names, i.files, sum(freed.get(runs_dir / i.run_id / "checkpoints" / f, 0)
-                                                             for f in i.files), i.value, i.rank, i.unit)
-                  for i in plan.items]
+    freed = freed_bytes([p for ps in paths.values() for p in ps])
+    plan.items = [replace(i, frees=sum(freed.get(p, 0) for p in paths[i.run_id])) for i in plan.items]
     return plan
 
 
