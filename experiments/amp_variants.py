@@ -74,15 +74,20 @@ def train_samples_per_s(run: Run) -> float:
     return float(m.loc[m["split"] == "train", "samples_per_s"].median())
 
 
-def one(variant: str, seed: int, sets: dict, epochs: int, test: Path, drawn, limit: int | None) -> dict:
+def one(variant: str, seed: int, sets: dict, epochs: int, test: Path, drawn: list, limit: int | None) -> dict:
+    """One trained run's scores; `drawn` holds (canvases, labels) per render seed, the first one the named bench."""
     amp, change = VARIANTS[variant]
     with tempfile.TemporaryDirectory(prefix="brnn-amp-") as tmp, change():
         ckpt, s_per_epoch = train(seed, {**sets, "amp": amp}, epochs, Path(tmp))
         run = Run(ckpt.parent.parent)
-        return {"variant": variant, "seed": seed, "mnist_test": mnist_test(ckpt, test) if limit is None else
-                mnist_test_limited(ckpt, test, limit), "drawn": drawn_digits.score(ckpt, *drawn)["accuracy"],
-                "samples_per_s": train_samples_per_s(run), "s_per_epoch": s_per_epoch,
-                "recorded_amp": run.config().get("amp")}
+        renders = [drawn_digits.score(ckpt, *d)["accuracy"] for d in drawn]
+        row = {"variant": variant, "seed": seed, "mnist_test": mnist_test(ckpt, test) if limit is None else
+               mnist_test_limited(ckpt, test, limit), "drawn": renders[0],
+               "samples_per_s": train_samples_per_s(run), "s_per_epoch": s_per_epoch,
+               "recorded_amp": run.config().get("amp")}
+        if len(renders) > 1:  # the same digits drawn again: less of the score hangs on one brush's luck
+            row["drawn_redrawn"] = statistics.mean(renders)
+        return row
 
 
 def mnist_test_limited(ckpt: Path, test: Path, limit: int) -> float:
@@ -96,8 +101,10 @@ def mnist_test_limited(ckpt: Path, test: Path, limit: int) -> float:
 def summary(rows: list[dict], variant: str, fp32: dict[int, dict]) -> str:
     mine = [r for r in rows if r["variant"] == variant]
     parts = [f"{variant:14s} n={len(mine)}"]
-    for key in ("mnist_test", "drawn"):
-        values = [100 * r[key] for r in mine]
+    for key in ("mnist_test", "drawn", "drawn_redrawn"):
+        values = [100 * r[key] for r in mine if key in r]
+        if not values:
+            continue
         sd = statistics.stdev(values) if len(values) > 1 else 0.0
         paired = [100 * (r[key] - fp32[r["seed"]][key]) for r in mine if r["seed"] in fp32]
         diff = f" (paired vs fp32 {statistics.mean(paired):+.2f})" if paired and variant != "fp32" else ""
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed-rounds", type=int, default=0, help="then this many alternated speed rounds per variant")
     ap.add_argument("--speed-steps", type=int, default=40, help="training steps (batch 100) per speed measurement")
     ap.add_argument("--speed-only", action="store_true", help="skip the training runs")
+    ap.add_argument("--redraws", type=int, default=1,
+                    help="score the drawn digits drawn with this many render seeds too (drawn_redrawn: their mean)")
     args = ap.parse_args(argv)
     sets, limit, drawn_step = ({}, None, 1) if not args.smoke else (SMOKE_SETS, 200, 10)
     if args.smoke:
@@ -149,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped {skipped}: this CPU lacks native bf16 (AVX512-BF16 or AMX)")
     digits, labels = drawn_digits.bench_digits()
     digits, labels = digits[::drawn_step], labels[::drawn_step]
-    drawn = (drawn_digits.drawn_set(digits, 0), labels)
+    drawn = [(drawn_digits.drawn_set(digits, render_seed), labels) for render_seed in range(args.redraws)]
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit(), "cpu": cpu_model(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
-            "epochs": args.epochs, "sets": sets, "test": str(args.test)}
+            "epochs": args.epochs, "sets": sets, "test": str(args.test), "redraws": args.redraws}
     out = args.out or (Path(tempfile.gettempdir()) if args.smoke else RESULTS) / \
         f"{time.strftime('%Y-%m-%d_%H%M%S')}_amp_variants.json"
     rows: list[dict] = []
