@@ -166,3 +166,18 @@ def test_bad_seeds_on_the_command_line_exit_2_and_create_nothing(runs_dir, capsy
     err = capsys.readouterr().err
     assert rc == 2 and problem in err and "Traceback" not in err, err
     assert list_runs(runs_dir) == []
+
+
+def test_a_queued_runs_device_is_read_once_per_scan_cache(tmp_path):
+    """config.json is written before a run joins the queue and not changed while it waits: a scan with a cache
+    reads it once, however often the waiting workers poll."""
+    from brnn_core.fileio import atomic_write_json
+
+    run = tmp_path / "r1"
+    run.mkdir()
+    atomic_write_json(run / "config.json", {"train": {"device": "cuda:1"}})
+    cache: dict = {}
+    assert queue.queued_device(run, cache) == "cuda:1"
+    (run / "config.json").unlink()
+    assert queue.queued_device(run, cache) == "cuda:1"  # from the cache, not the file
+    assert queue.queued_device(run) is None  # without a cache: read each time (gone now: no device asked)

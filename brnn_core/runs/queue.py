@@ -20,7 +20,7 @@ from pathlib import Path
 from brnn_core.fileio import read_json
 from brnn_core.runs import lifecycle
 from brnn_core.runs.rundir import Run
-from brnn_core.runs.status import RunStatus, worker_alive
+from brnn_core.runs.status import RunStatus, sweep_driver_alive, worker_alive
 from brnn_core.states import ACTIVE_STATES, State
 
 SLOTS_DIR = ".devices"
@@ -146,9 +146,20 @@ def scan(runs_dir: Path, machine: Machine, cache: dict | None = None) -> View:
         if status.get("slot"):
             holders[status["slot"]] = path.name
         elif status.state == State.QUEUED and status.get("queued_at") is not None:
-            device = ((read_json(path / "config.json", {}) or {}).get("train") or {}).get("device")
-            waiting.append(Entry(path.name, float(status["queued_at"]), slots_for(device, machine)))
+            waiting.append(Entry(path.name, float(status["queued_at"]), slots_for(queued_device(path, cache), machine)))
     return View(tuple(sorted(waiting, key=lambda e: (e.queued_at, e.run_id))), holders)
+
+
+def queued_device(path: Path, cache: dict | None = None) -> str | None:
+    """The device a queued run's config.json asks for, read once per run with a `cache`: it is written before the
+    run joins the queue and not changed while it waits."""
+    key = ("device", path.name)
+    if cache is None or key not in cache:
+        device = ((read_json(path / "config.json", {}) or {}).get("train") or {}).get("device")
+        if cache is None:
+            return device
+        cache[key] = device
+    return cache[key]
 
 
 def ahead_of(me: Entry, view: View) -> list[Entry]:
@@ -185,7 +196,7 @@ def sweep_running(runs_dir: Path) -> str | None:
     """A sweep whose driver is alive takes the whole machine (its record: RUNS/sweeps/<id>/sweep.json)."""
     for path in sorted((Path(runs_dir) / "sweeps").glob("*/sweep.json")):
         info = read_json(path, {})
-        if isinstance(info, dict) and info.get("state") == State.RUNNING and worker_alive({**info, "created": 0}):
+        if isinstance(info, dict) and sweep_driver_alive(info):
             return f"sweep {path.parent.name} is running"
     return None
 

@@ -139,6 +139,12 @@ def last_pt_pruned(status: Mapping) -> bool:
     return bool((status.get("pruned") or {}).get("last.pt"))
 
 
+def sweep_driver_alive(record: Mapping) -> bool:
+    """True while a sweep record (sweep.json) says running and its driver process still runs; a sweep has no
+    queued grace: its driver writes the record itself."""
+    return record.get("state") == State.RUNNING and worker_alive({**record, "created": 0})
+
+
 def worker_alive(status: Mapping) -> bool:
     """True while the process named in status.json is the live worker of this run."""
     pid = status.get("pid")

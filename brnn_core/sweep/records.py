@@ -31,8 +31,8 @@ from brnn_core.runs.rundir import (
     new_run_config,
     now_iso,
     validate_run_id,
-    worker_alive,
 )
+from brnn_core.runs.status import sweep_driver_alive
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.space import SearchSpec
 
@@ -120,7 +120,7 @@ class Sweep:
     def info(self) -> dict:
         """sweep.json with the true state: a running sweep whose driver is gone is `interrupted`."""
         info = self.raw()
-        if info.get("state") == State.RUNNING and not worker_alive({**info, "created": 0}):
+        if info.get("state") == State.RUNNING and not sweep_driver_alive(info):
             info["state"] = State.INTERRUPTED
             info["message"] = (f"the sweep's driver ended without saying so (killed, crashed, or the cluster head "
                                f"was lost); `python -m brnn_core sweep --resume {self.id}` continues it")
