@@ -47,6 +47,7 @@ def test_a_lost_status_json_does_not_let_a_second_worker_in(tmp_path, idx_data):
 
 def test_the_lock_is_free_without_a_holder_and_taken_with_one(tmp_path):
     assert not worker_lock.held(tmp_path)
+    assert os.listdir(tmp_path) == []  # asking wrote nothing (a dry-run prune asks of every run)
     with open(tmp_path / worker_lock.LOCK_NAME, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         assert worker_lock.held(tmp_path)

@@ -217,12 +217,6 @@ def _score(entry: Entry, metric: str) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
-def _locked(path: Path) -> bool:
-    """A live process holds the run's worker lock. No lock file: no worker ever held it (checking would create
-    one, and a dry run changes nothing)."""
-    return (path / worker_lock.LOCK_NAME).exists() and worker_lock.held(path)
-
-
 def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str = "val_loss",
                per: str = DEFAULT_PER, index: RunIndex | None = None) -> PrunePlan:
     """What pruning `run_ids` to the best `keep_best` would delete; nothing is changed."""
@@ -238,7 +232,7 @@ def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str =
         state = effective_status(dict(entry.stored_status)).get("state")
         if state not in ENDED_STATES:
             plan.untouched[rid] = str(state)
-        elif _locked(runs_dir / rid):
+        elif worker_lock.held(runs_dir / rid):
             plan.untouched[rid] = "a live process holds its worker lock"
         else:
             units.setdefault(_unit(per, rid, entry), []).append((rid, _score(entry, metric)))

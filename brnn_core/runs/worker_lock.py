@@ -48,7 +48,10 @@ def hold(run_path: Path) -> Iterator[None]:
 
 
 def held(run_path: Path) -> bool:
-    """True while another process holds the run's lock (a worker trains it, whatever status.json says)."""
+    """True while another process holds the run's lock (a worker trains it, whatever status.json says). Asking
+    changes nothing: no lock file means no worker ever held it (every holder creates it)."""
+    if not (Path(run_path) / LOCK_NAME).exists():
+        return False
     try:
         with hold(run_path):
             return False
