@@ -328,3 +328,24 @@ def test_a_trial_whose_worker_starts_after_the_budget_stop_went_out_is_sent_it_t
     [sent] = stops(late)
     assert sent["cmd"] == "stop" and "time budget of 0.2 min ran out" in sent["reason"], sent
     assert len(stops(first)) == 1
+
+
+def test_a_starting_checkpoint_is_checked_once_before_any_trial(tmp_path):
+    """init_from fixes the architecture and classes: a search over them, or a file that does not fit the base
+    config, is refused by the plan, not by every trial's worker."""
+    from brnn_core.checkpoint import save_checkpoint
+    from brnn_core.model import BiLSTM, ModelConfig
+
+    ckpt = tmp_path / "start.pt"
+    save_checkpoint(ckpt, BiLSTM(ModelConfig(hidden_size=8, num_layers=1, input_scale="standard")),
+                    classes=[str(i) for i in range(10)],
+                    step=0, epoch=0)
+    fits = ["epochs=3", "device=cpu", "hidden_size=8", "num_layers=1", f"init_from={ckpt}"]
+    request = SweepRequest(search=["lr=choice:0.1,0.01"], sets=fits)
+    assert plan_sweep(request, tmp_path / "runs", tmp_path / "data").base["init_from"] == str(ckpt)
+    with pytest.raises(SweepError, match="hidden 8, 1-layer.*set hidden_size=8"):
+        plan_sweep(SweepRequest(search=["lr=choice:0.1,0.01"], sets=fits[:2] + fits[4:]), tmp_path / "runs",
+                   tmp_path / "data")
+    with pytest.raises(SweepError, match="--search hidden_size with init_from"):
+        plan_sweep(SweepRequest(search=["hidden_size=choice:8,16"], sets=fits), tmp_path / "runs", tmp_path / "data")
+    assert not (tmp_path / "runs").exists()  # refused before anything was written

@@ -113,6 +113,7 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
                                                                                           "")) from None
     specs = parse_search(request.search, cfg.to_dict(), scheduler=request.scheduler)
     check_search_alg(request, specs)
+    check_init_from(cfg, specs)
     check_budgets(request, cfg)
     samples = request.trials if request.trials is not None else default_samples(specs)
     if samples < 1:
@@ -133,6 +134,30 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
                      keep_best=None if request.keep_all else request.keep_best, search_alg=request.search_alg,
                      grace_period=request.grace_period, reduction_factor=request.reduction_factor,
                      time_budget_s=None if request.time_budget_min is None else 60.0 * request.time_budget_min)
+
+
+# What a fine-tuned trial's starting checkpoint fixes (warmstart.initial_checkpoint checks each against it).
+FIXED_BY_INIT_FROM = ("hidden_size", "num_layers", "head", "input_scale", "dataset")
+
+
+def check_init_from(cfg: TrainConfig, specs: list[SearchSpec]) -> None:
+    """With init_from set, every trial starts from that checkpoint: refuse a search over what it fixes, and a
+    file that does not fit the base config, here rather than in every trial."""
+    from brnn_core.checkpoint import CheckpointError
+    from brnn_core.data.datasets import DATASETS
+    from brnn_core.training.warmstart import initial_checkpoint
+
+    searched = {spec.key: spec for spec in specs}
+    fixed = [key for key in FIXED_BY_INIT_FROM if key in searched]
+    if fixed and (cfg.init_from or "init_from" in searched):
+        raise SweepError(f"--search {', '.join(fixed)} with init_from: every trial starts from that checkpoint, "
+                         "whose architecture and classes are fixed; search other fields, or drop init_from")
+    starts = list(searched["init_from"].values) if "init_from" in searched else [cfg.init_from]
+    for start in starts:
+        try:
+            initial_checkpoint(cfg.replace(init_from=str(start)), list(DATASETS[cfg.dataset].classes))
+        except (CheckpointError, ConfigError, OSError) as exc:
+            raise SweepError(f"init_from: {exc}") from None
 
 
 def check_budgets(request: SweepRequest, cfg: TrainConfig) -> None:
