@@ -128,6 +128,17 @@ def run_amp(requested: str, recorded: object, device: torch.device) -> str:
     return resolve_amp(requested, device)
 
 
+def eval_amp(trained: object, device: torch.device) -> str:
+    """The precision to evaluate a run's checkpoint in on `device`: the one it trained in (config.json's "amp")
+    where `device` runs it natively, else fp32 ("off"), so a report made later matches the run's own test score."""
+    if trained == "bf16" and ((device.type == "cpu" and cpu_has_bf16())
+                              or (device.type == "cuda" and torch.cuda.is_bf16_supported())):
+        return "bf16"
+    if trained == "fp16" and device.type == "cuda":
+        return "fp16"
+    return "off"
+
+
 @functools.cache  # the probe runs kernels; a GPU answers the same for the process's life
 def cuda_lstm_amp(device: torch.device) -> str:
     """"bf16" or "fp16": the dtype an LSTM's output has under bf16 autocast on `device`; "off" without bf16."""

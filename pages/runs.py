@@ -180,6 +180,9 @@ def thumbnails(run_dir: str, report_key: tuple, dataset: str, indices: tuple[int
     return out
 
 
+# the precision a report was evaluated in: the one its run trained in where this machine runs it natively
+PRECISION_NAMES = {"off": "fp32", "bf16": "bf16 (as it trained)", "fp16": "fp16 (as it trained)"}
+
 tab_report, tab_events, tab_files = st.tabs(["Test report", "Event log", "Files"])
 with tab_report:
     report = read_report(run)
@@ -197,7 +200,8 @@ with tab_report:
     else:
         classes = report["classes"]
         st.metric("Test accuracy", f"{100 * report['accuracy']:.2f}%",
-                  help=f"{report.get('size', '?')} test images, {report.get('checkpoint', 'best.pt')}")
+                  help=f"{report.get('size', '?')} test images, {report.get('checkpoint', 'best.pt')}, evaluated in "
+                       f"{PRECISION_NAMES.get(report.get('amp', 'off'), report.get('amp'))}")
         if report.get("my_drawings"):
             st.markdown(f"**Your drawings** ({report['my_drawings']['train']} mixed into training, "
                         f"×{report['my_drawings']['repeats']}): {summary_line(report['my_drawings'])}")

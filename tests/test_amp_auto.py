@@ -123,3 +123,26 @@ def test_the_train_page_says_what_auto_means_here(dirs):
     options = at.selectbox(key="w_amp").options
     assert options[AMP_MODES.index("auto")] == devices.amp_auto_label("cpu")
     assert at.selectbox(key="w_amp").value == "off"  # the default (docs/decisions/016-amp-auto.md)
+
+
+def test_a_checkpoint_is_evaluated_in_its_runs_precision_only_where_this_machine_runs_it(monkeypatch):
+    native_bf16(monkeypatch, False)
+    assert [devices.eval_amp(a, CPU) for a in ("bf16", "fp16", "off", "auto", None)] == ["off"] * 5
+    native_bf16(monkeypatch, True)
+    assert [devices.eval_amp(a, CPU) for a in ("bf16", "fp16", "off", None)] == ["bf16", "off", "off", "off"]
+
+
+@needs_bf16
+def test_the_runs_page_report_matches_the_runs_own_test_precision(tmp_path, monkeypatch):
+    from brnn_core.training.reports import compute_report, read_report
+
+    runs, data = tmp_path / "runs", tmp_path / "data"
+    run = make_run(runs, data, base={**RUN, "amp": "bf16", "epochs": 1})
+    assert train_run_dir(run, data_dir=data) == "finished"
+    at_finish = read_report(run)
+    assert at_finish["amp"] == "bf16"
+    (run.path / "report.json").unlink()
+    again = compute_report(run, data)  # the Runs page's "Compute the test report"
+    assert again["amp"] == "bf16" and abs(again["accuracy"] - at_finish["accuracy"]) <= 0.01
+    native_bf16(monkeypatch, False)  # a machine without native bf16 evaluates the same run in fp32
+    assert compute_report(run, data)["amp"] == "off"

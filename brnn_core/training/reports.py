@@ -15,6 +15,7 @@ import torch
 from brnn_core.checkpoint import CheckpointError, load_checkpoint, store_calibration
 from brnn_core.data.datasets import DatasetError
 from brnn_core.data.loading import load_dataset
+from brnn_core.devices import eval_amp
 from brnn_core.fileio import atomic_write, atomic_write_json, read_json
 from brnn_core.inference import calibration
 from brnn_core.runs.rundir import Run
@@ -103,6 +104,8 @@ def compute_report(run: Run, data_dir: Path, *, device: str = "cpu") -> dict:
     dataset = run.config().get("dataset") or run.config().get("train", {}).get("dataset")
     ds = load_dataset(dataset, data_dir, download=False)
     model = ckpt.build_model(device)
-    result = evaluate(model, ds.test_x.to(device), ds.test_y.to(device), num_classes=len(ds.classes))
+    config = run.config()
+    amp = eval_amp(config.get("amp") or (config.get("train") or {}).get("amp"), torch.device(device))
+    result = evaluate(model, ds.test_x.to(device), ds.test_y.to(device), num_classes=len(ds.classes), amp=amp)
     return write_report(run, result, ds.test_y, ds.classes, dataset, checkpoint=path.name, images=ds.test_x,
-                        data_dir=data_dir, device=device)
+                        data_dir=data_dir, device=device, extra={"amp": amp})

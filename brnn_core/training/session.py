@@ -396,7 +396,7 @@ class TrainingSession:
                                    **({"per_class_before": start_per_class} if start_per_class else {})}
             summary += ("; " if summary else "") + \
                 f"validation accuracy: {100 * start_val_acc:.1f}% -> {100 * end_val:.1f}%"
-        write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset, extra=extra or None,
+        write_report(run, test, splits.test_y.cpu(), splits.classes, cfg.dataset, extra={**extra, "amp": cfg.amp},
                      images=splits.test_x)
         message = f"finished: test accuracy {100 * test.accuracy:.2f}% ({len(splits.test_y)} images)" \
             + (f"; {summary}" if summary else "")
