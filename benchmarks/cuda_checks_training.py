@@ -93,11 +93,17 @@ def check_speed(b: Bench) -> None:
     x, y = b.train_data()
     engine, blog_side = EngineTrainer(x, y, b.device), BlogTrainer(x, y, b.device)
     engine_steps, blog_steps = (20, 5) if b.quick else (400, 100)
+    # the same step with the loss read back once per measurement: what the read every 10 steps costs on this GPU
+    unread = EngineTrainer(x, y, b.device, log_interval=engine_steps)
     engine.run(10 if b.quick else 50)  # warm-up: cuDNN autotuning, allocator
+    unread.run(10 if b.quick else 50)
     blog_side.run(5 if b.quick else 20)
     res = alternate({"engine": lambda: engine.samples_per_s(engine_steps),
+                     "unread": lambda: unread.samples_per_s(engine_steps),
                      "blog": lambda: blog_side.samples_per_s(blog_steps)}, 2 if b.quick else 3, lambda m: None)
     e, g = statistics.median(res["engine"]), statistics.median(res["blog"])
+    b.add("speed", "engine, loss read every 10 steps / read once per measurement", "ratio",
+          e / statistics.median(res["unread"]), "x", note="below 1: the host sync at each log costs that share")
     b.add("speed", "brnn_core engine (defaults, loss read every 10 steps)", "throughput", e, "samples/s",
           values=res["engine"], note=f"{engine_steps} steps per measurement, batch 100")
     b.add("speed", "blog loop (DataLoader of PIL images, loss.item() per step)", "throughput", g, "samples/s",
