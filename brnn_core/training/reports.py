@@ -101,11 +101,12 @@ def compute_report(run: Run, data_dir: Path, *, device: str = "cpu") -> dict:
     """Evaluate the run's best (else last) checkpoint on the test set and write report.json."""
     path = run.best_ckpt if run.best_ckpt.is_file() else run.last_ckpt
     ckpt = load_checkpoint(path)
-    dataset = run.config().get("dataset") or run.config().get("train", {}).get("dataset")
+    config = run.config()
+    train = config.get("train") or {}
+    dataset = config.get("dataset") or train.get("dataset")
     ds = load_dataset(dataset, data_dir, download=False)
     model = ckpt.build_model(device)
-    config = run.config()
-    amp = eval_amp(config.get("amp") or (config.get("train") or {}).get("amp"), torch.device(device))
+    amp = eval_amp(config.get("amp") or train.get("amp"), torch.device(device))
     result = evaluate(model, ds.test_x.to(device), ds.test_y.to(device), num_classes=len(ds.classes), amp=amp)
     return write_report(run, result, ds.test_y, ds.classes, dataset, checkpoint=path.name, images=ds.test_x,
                         data_dir=data_dir, device=device, extra={"amp": amp})
