@@ -177,7 +177,8 @@ def test_a_queued_runs_device_is_read_once_per_scan_cache(tmp_path):
     run.mkdir()
     atomic_write_json(run / "config.json", {"train": {"device": "cuda:1"}})
     cache: dict = {}
-    assert queue.queued_device(run, cache) == "cuda:1"
+    assert queue.queued_device(run, 1.0, cache) == "cuda:1"
     (run / "config.json").unlink()
-    assert queue.queued_device(run, cache) == "cuda:1"  # from the cache, not the file
-    assert queue.queued_device(run) is None  # without a cache: read each time (gone now: no device asked)
+    assert queue.queued_device(run, 1.0, cache) == "cuda:1"  # from the cache, not the file
+    assert queue.queued_device(run, 2.0, cache) is None  # it joined again: read afresh (gone now: no device asked)
+    assert queue.queued_device(run, 1.0) is None  # without a cache: read each time

@@ -146,20 +146,21 @@ def scan(runs_dir: Path, machine: Machine, cache: dict | None = None) -> View:
         if status.get("slot"):
             holders[status["slot"]] = path.name
         elif status.state == State.QUEUED and status.get("queued_at") is not None:
-            waiting.append(Entry(path.name, float(status["queued_at"]), slots_for(queued_device(path, cache), machine)))
+            queued_at = float(status["queued_at"])
+            waiting.append(Entry(path.name, queued_at, slots_for(queued_device(path, queued_at, cache), machine)))
     return View(tuple(sorted(waiting, key=lambda e: (e.queued_at, e.run_id))), holders)
 
 
-def queued_device(path: Path, cache: dict | None = None) -> str | None:
-    """The device a queued run's config.json asks for, read once per run with a `cache`: it is written before the
-    run joins the queue and not changed while it waits."""
-    key = ("device", path.name)
-    if cache is None or key not in cache:
-        device = ((read_json(path / "config.json", {}) or {}).get("train") or {}).get("device")
-        if cache is None:
-            return device
+def queued_device(path: Path, queued_at: float, cache: dict | None = None) -> str | None:
+    """The device a queued run's config.json asks for, read once per time it joins the queue with a `cache`: it is
+    written before the run joins and not changed while it waits."""
+    key = ("device", path.name, queued_at)
+    if cache is not None and key in cache:
+        return cache[key]
+    device = ((read_json(path / "config.json", {}) or {}).get("train") or {}).get("device")
+    if cache is not None:
         cache[key] = device
-    return cache[key]
+    return device
 
 
 def ahead_of(me: Entry, view: View) -> list[Entry]:
