@@ -14,7 +14,7 @@ from brnn_core.benchmarks.rows import alternate
 from brnn_core.benchmarks.sides import BlogTrainer, EngineTrainer
 from brnn_core.config import TrainConfig
 from brnn_core.devices import cpu_has_bf16
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.rundir import create_run, new_run_config
 from brnn_core.training.engine import evaluate, make_optimizer, train_one_epoch
 from brnn_core.training.worker import train_run_dir
@@ -52,7 +52,7 @@ def blog_sequence_without_fix(device, x, y) -> str:
 def engine_sequence(device, x, y) -> bool:
     """brnn_core's engine through the same sequence, with an explicit model.eval() in between too."""
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig()).to(device)
+    model = RecurrentClassifier(ModelConfig()).to(device)
     opt = make_optimizer(model.parameters(), "adam", 0.01)
     xs, ys = x[:2000].to(device), y[:2000].to(device)
     order = lambda: torch.randperm(len(xs), device=device).split(100)  # noqa: E731
@@ -78,7 +78,7 @@ def check_crash(b: Bench) -> None:
 # ------------------------------------------------------------------ dtype
 def check_dtype(b: Bench) -> None:
     """The dtype the BiLSTM's nn.LSTM really ran in under each autocast precision (cuDNN may turn bf16 into fp16)."""
-    model = BiLSTM(ModelConfig()).to(b.device)
+    model = RecurrentClassifier(ModelConfig()).to(b.device)
     wanted = {"bf16": torch.bfloat16, "fp16": torch.float16}
     if b.device.type != "cuda":
         wanted = {"bf16": torch.bfloat16} if cpu_has_bf16() else {}

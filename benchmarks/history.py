@@ -33,7 +33,7 @@ from brnn_core.data.drawings import folder_signature, save_drawing
 from brnn_core.data.loading import load_dataset
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.scores import DrawingTensors, score_and_store, stored_accuracy
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.index import RunIndex, runs_table
 from brnn_core.runs.rundir import create_run, new_run_config
 from brnn_core.training.engine import evaluate
@@ -71,7 +71,7 @@ def build_template(root: Path) -> Path:
         run.log_event("epoch", f"epoch {epoch + 1}: ...", step=(epoch + 1) * steps)
     run.log_metric(step=2 * steps, epoch=2, split="test", loss=0.42, accuracy=0.85, elapsed_s=2 * steps * 0.05)
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig())
+    model = RecurrentClassifier(ModelConfig())
     ds = load_dataset("mnist-sample", download=False)
     for path in (run.best_ckpt, run.last_ckpt):
         save_checkpoint(path, model, classes=ds.classes, epoch=2, step=2 * steps,

@@ -19,7 +19,7 @@ from brnn_core import charts
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.inference.explain import integrated_gradients, row_importance
 from brnn_core.inference.internals import lstm_internals
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 
 
 def timed(fn, repeats: int) -> list[float]:
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strokes", type=int, default=9)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = (load_checkpoint(args.checkpoint).build_model("cpu") if args.checkpoint else BiLSTM(ModelConfig())).eval()
+    model = (load_checkpoint(args.checkpoint).build_model("cpu") if args.checkpoint
+             else RecurrentClassifier(ModelConfig())).eval()
     x = torch.rand(28, 28) * (torch.rand(28, 28) > 0.8)  # sparse ink, as a drawing
 
     def panel() -> None:

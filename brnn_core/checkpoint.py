@@ -19,7 +19,7 @@ import torch
 
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import atomic_write
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 
 FORMAT = "brnn-checkpoint"
 FORMAT_VERSION = 1
@@ -49,14 +49,14 @@ class Checkpoint:
     bare: bool = False  # loaded from a bare state_dict
     calibration: dict = field(default_factory=dict)  # added with the test report (brnn_core.inference.calibration)
 
-    def build_model(self, device: torch.device | str = "cpu") -> BiLSTM:
-        model = BiLSTM(self.model_config)
+    def build_model(self, device: torch.device | str = "cpu") -> RecurrentClassifier:
+        model = RecurrentClassifier(self.model_config)
         check_state_matches(model.state_dict(), self.model_state)
         model.load_state_dict(self.model_state)
         return model.to(device)
 
 
-def save_checkpoint(path: Path, model: BiLSTM, *, classes: list[str], train_config: dict | None = None,
+def save_checkpoint(path: Path, model: RecurrentClassifier, *, classes: list[str], train_config: dict | None = None,
                     epoch: int = 0, step: int = 0, batch_in_epoch: int = 0,
                     metrics: dict | None = None, optimizer: torch.optim.Optimizer | None = None,
                     scaler: torch.amp.GradScaler | None = None) -> None:
@@ -193,7 +193,7 @@ def _header_problem(ckpt: Checkpoint) -> str | None:
 def expected_state(cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """The tensors a model of `cfg` has, on the meta device: their shapes, without allocating their memory."""
     with torch.device("meta"):
-        return BiLSTM(cfg).state_dict()
+        return RecurrentClassifier(cfg).state_dict()
 
 
 def infer_model_config(state: dict[str, torch.Tensor], name: str = "state_dict") -> ModelConfig:

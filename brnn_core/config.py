@@ -15,11 +15,16 @@ from typing import Any
 
 from brnn_core.data.datasets import DATASETS, MNIST_CLASSES, default_dataset
 from brnn_core.devices import amp_problem, device_problem
-from brnn_core.model import INPUT_SCALES
+from brnn_core.model import CELLS, INPUT_SCALES
 from brnn_core.schedule import SCHEDULES
 
 DATASET_NAMES = tuple(DATASETS)  # the one list is data.datasets.DATASETS
-HEADS = ("bidir", "last")
+# "auto" resolves when the config is validated (as epochs=0 does), so config.json records the head used: bidir for a
+# two-way net, last for a one-way one, whose state after the last row is the only one that has read the whole image
+# (docs/decisions/018-cells-and-directions.md).
+AUTO_HEAD = "auto"
+HEADS = (AUTO_HEAD, "bidir", "last")
+CELL_NAMES = tuple(CELLS)  # lstm, gru, rnn: the one list is model.CELLS
 OPTIMIZERS = ("adam", "adamw", "sgd")
 # "auto": bf16 where the device runs it natively, else off (devices.resolve_amp; docs/decisions/016-amp-auto.md)
 AMP_MODES = ("auto", "off", "bf16", "fp16")
@@ -69,18 +74,27 @@ class TrainConfig:
 
     dataset: str = field(default="mnist-sample", metadata={
         "help": "Which 28x28 dataset to train on. mnist-sample (5,000 real MNIST digits) works offline."})
+    cell: str = field(default="lstm", metadata={
+        "help": "The recurrent cell: lstm (the blog's: gates and a cell state that carries memory), gru (two gates, "
+                "no separate cell state, fewer weights) or rnn (Elman's plain tanh cell, no gates). Fixed by a "
+                "checkpoint's weights."})
+    bidirectional: bool = field(default=True, metadata={
+        "help": "true: each layer reads the rows top-down and bottom-up (two-way, the blog's); false: top-down "
+                "only (one-way). Fixed by a checkpoint's weights."})
     hidden_size: int = field(default=128, metadata={
-        "help": "LSTM hidden units per direction.", "range": (1, 4096)})
+        "help": "Hidden units per direction.", "range": (1, 4096)})
     num_layers: int = field(default=2, metadata={
-        "help": "Stacked bidirectional LSTM layers.", "range": (1, 8)})
+        "help": "Stacked recurrent layers.", "range": (1, 8)})
     dropout: float = field(default=0.0, metadata={
-        "help": "Dropout between LSTM layers (needs 2+ layers).", "range": (0.0, 0.9)})
+        "help": "Dropout between recurrent layers (needs 2+ layers).", "range": (0.0, 0.9)})
     input_scale: str = field(default="standard", metadata={
         "help": "standard: pixels shifted and scaled to MNIST's mean 0 and spread 1 inside the model (learns "
                 "faster); unit: pixels in [0, 1] as the blog fed them. Fixed by a checkpoint's weights."})
-    head: str = field(default="bidir", metadata={
-        "help": "bidir: forward state at the last row + backward state at the first row. "
-                "last: the blog's out[:, -1, :] (backward half has seen only the last row)."})
+    head: str = field(default=AUTO_HEAD, metadata={
+        "help": "What the classifier reads. bidir (two-way only): forward state at the last row + backward state "
+                "at the first row. last: the state at the last row (one-way: the only one that has read the whole "
+                "image; two-way: the blog's out[:, -1, :], whose backward half has seen only the last row). auto: "
+                "bidir for a two-way net, last for a one-way one (the run records which)."})
     batch_size: int = field(default=100, metadata={
         "help": "Images per training step.", "range": (1, 65536)})
     epochs: int = field(default=AUTO_EPOCHS, metadata={
@@ -140,7 +154,7 @@ class TrainConfig:
                 "trained on: the report shows accuracy on them before and after.", "range": (0.0, 0.5)})
     init_from: str = field(default="", metadata={
         "help": "Checkpoint file to start the weights from (fine-tuning), e.g. runs/<id>/checkpoints/best.pt; "
-                "empty = random weights. Hidden size, layers and head must match it."})
+                "empty = random weights. Cell, direction, hidden size, layers and head must match it."})
 
     # ----------------------------------------------------------------- helpers
     @classmethod
@@ -169,7 +183,7 @@ class TrainConfig:
                 continue
             try:
                 values[key] = _coerce(raw, type(getattr(cls(), key)))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, KeyError):
                 kind = type(getattr(cls(), key)).__name__
                 errors[key] = f"expected {_KIND_WORDS[kind]}, got {raw!r}"
         cfg = cls(**values)
@@ -210,7 +224,7 @@ class TrainConfig:
             if expected is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
                 setattr(self, f.name, value)
-            if not isinstance(value, expected) or isinstance(value, bool):
+            if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
                 errs[f.name] = f"expected {_KIND_WORDS[expected.__name__]}, got {value!r}"
                 continue
             rng = f.metadata.get("range")
@@ -218,6 +232,12 @@ class TrainConfig:
                 errs[f.name] = f"{value!r} is out of range; allowed {rng[0]:g} to {rng[1]:g}"
         _choice(errs, self, "dataset", DATASET_NAMES)
         _choice(errs, self, "head", HEADS)
+        _choice(errs, self, "cell", CELL_NAMES)
+        if "head" not in errs and "bidirectional" not in errs:
+            self.head = resolve_head(self.head, self.bidirectional)
+            if self.head == "bidir" and not self.bidirectional:
+                errs["head"] = ("bidir reads the backward direction, which a one-way net (bidirectional=false) does "
+                                "not have: set head=auto or head=last, or bidirectional=true")
         _choice(errs, self, "optimizer", OPTIMIZERS)
         _choice(errs, self, "amp", AMP_MODES)
         _choice(errs, self, "augment", AUGMENT_LEVELS)
@@ -245,13 +265,19 @@ class TrainConfig:
         return self
 
 
-_KIND_WORDS = {"int": "a whole number", "float": "a number", "str": "text"}
+_KIND_WORDS = {"int": "a whole number", "float": "a number", "str": "text",
+               "bool": "true or false (also yes/no or 1/0)"}
+_BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 
 
 def _coerce(raw: Any, kind: type) -> Any:
     """Turn a form/CLI value into the field's type; refuses lossy conversions."""
     if isinstance(raw, kind) and not isinstance(raw, bool):
         return raw
+    if kind is bool:
+        if isinstance(raw, int | float) and raw in (0, 1):  # a JSON 1/0
+            return bool(raw)
+        return _BOOL_WORDS[str(raw).strip().lower()]  # KeyError (a LookupError): not a yes or no
     if isinstance(raw, bool):
         raise TypeError("booleans are not numbers")
     if kind is int:
@@ -280,6 +306,11 @@ def _choice(errs: dict, cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -
 def resolve_augment(level: str, dataset: str) -> str:
     """The augmentation level a run uses: `level` itself, or for "auto" the measured choice for `dataset`."""
     return AUGMENT_AUTO.get(dataset, "off") if level == "auto" else level
+
+
+def resolve_head(head: str, bidirectional: bool) -> str:
+    """The head a run uses: `head` itself, or for "auto" bidir (two-way) or last (one-way)."""
+    return ("bidir" if bidirectional else "last") if head == AUTO_HEAD else head
 
 
 def resolve_epochs(epochs: int, dataset: str) -> int:

@@ -28,7 +28,7 @@ from benchmarks import drawn_digits
 from benchmarks.handwriting import DEFAULT_TEST, mnist_test, train
 from brnn_core.benchmarks.machine import cpu_model
 from brnn_core.devices import cpu_has_bf16
-from brnn_core.model import BiLSTM
+from brnn_core.model import RecurrentClassifier
 from brnn_core.runs.rundir import Run
 from brnn_core.training import engine
 
@@ -40,13 +40,13 @@ SMOKE_SETS = {"hidden_size": 8, "num_layers": 1, "drawn_share": 0.0}
 @contextlib.contextmanager
 def whole_model_autocast() -> Iterator[None]:
     """The boundary as it was: the classifier layer under autocast too, and best.pt chosen on bf16 validation."""
-    head, val = BiLSTM.head, engine.VALIDATION_AMP
-    BiLSTM.head = lambda self, feat: self.fc(feat)
+    head, val = RecurrentClassifier.head, engine.VALIDATION_AMP
+    RecurrentClassifier.head = lambda self, feat: self.fc(feat)
     engine.VALIDATION_AMP = "bf16"
     try:
         yield
     finally:
-        BiLSTM.head, engine.VALIDATION_AMP = head, val
+        RecurrentClassifier.head, engine.VALIDATION_AMP = head, val
 
 
 @contextlib.contextmanager

@@ -22,8 +22,9 @@ from brnn_core.data.augment import LEVELS, Augmenter, augment_batch, step_genera
 from brnn_core.data.batching import batches, epoch_order, to_input
 from brnn_core.data.loading import load_dataset
 from brnn_core.devices import resolve_device
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import RecurrentClassifier
 from brnn_core.training.engine import make_optimizer, train_one_epoch
+from brnn_core.training.splits import model_config_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,8 +39,7 @@ class Side:
 
     def __init__(self, level: str, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, dataset: str):
         torch.manual_seed(cfg.seed)
-        self.model = BiLSTM(ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, dropout=cfg.dropout,
-                                        head=cfg.head)).to(x.device)
+        self.model = RecurrentClassifier(model_config_for(cfg, 10)).to(x.device)
         self.opt = make_optimizer(self.model.parameters(), cfg.optimizer, cfg.lr)
         self.augment = None if level == "off" else Augmenter(lambda: level, dataset=dataset, seed=cfg.seed)
         self.x, self.y, self.cfg, self.step = x, y, cfg, 0

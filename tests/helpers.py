@@ -236,13 +236,13 @@ def stop_at(run: Run, step: int, **stop: str) -> Callable[[str, dict], None]:
 def fake_finished_run(runs_dir: Path, **overrides) -> Run:
     """A finished-looking run with metrics, events and a real (untrained) checkpoint; no training."""
     from brnn_core.checkpoint import save_checkpoint
-    from brnn_core.model import BiLSTM, ModelConfig
+    from brnn_core.model import ModelConfig, RecurrentClassifier
 
     run = make_run(runs_dir, base=TINY, epochs=1, **overrides)
     run.log_metric(step=8, epoch=1.0, split="train", loss=2.2, lr=0.01, samples_per_s=1000.0, elapsed_s=1.0)
     run.log_metric(step=8, epoch=1, split="val", loss=2.1, accuracy=0.3, lr=0.01, elapsed_s=1.2)
     run.log_event("finished", "finished: test accuracy 30.00% (500 images)", step=8)
-    save_checkpoint(run.best_ckpt, BiLSTM(ModelConfig(hidden_size=8, num_layers=1)),
+    save_checkpoint(run.best_ckpt, RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1)),
                     classes=[str(i) for i in range(10)], step=8, epoch=1)
     run.write_status(state="finished", message="finished: test accuracy 30.00% (500 images)", step=8,
                      ended=time.time())

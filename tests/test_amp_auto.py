@@ -13,7 +13,7 @@ from brnn_core import devices
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import AMP_MODES, PRE_DEFAULTS, TrainConfig
 from brnn_core.data.batching import to_input
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.branch import plan_branch
 from brnn_core.runs.rundir import create_run, new_run_config
 from brnn_core.training import engine
@@ -90,7 +90,7 @@ def test_a_branch_keeps_the_precision_its_parent_trained_in(tmp_path, monkeypatc
 
 
 def test_the_classifier_layer_and_the_loss_stay_fp32_under_autocast():
-    model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
+    model = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1))
     feat = torch.randn(4, 16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model.fc(feat).dtype == torch.bfloat16  # what autocast alone would do to it
@@ -103,7 +103,7 @@ def test_the_classifier_layer_and_the_loss_stay_fp32_under_autocast():
 @needs_bf16
 def test_bf16_runs_the_lstm_only_and_best_pt_is_chosen_on_fp32_validation():
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
+    model = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1))
     x = torch.randint(0, 256, (64, 28, 28), dtype=torch.uint8)
     y = torch.randint(0, 10, (64,))
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -25,7 +25,7 @@ from brnn_core.data.augment import (
 )
 from brnn_core.data.batching import to_input
 from brnn_core.data.datasets import DATASETS
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.training import session
 from brnn_core.training.engine import FitHooks, evaluate, fit, make_optimizer
 from brnn_core.training.worker import train_run_dir
@@ -200,7 +200,7 @@ class SpyAugmenter(Augmenter):
 
 def test_fit_feeds_augmented_training_batches_and_plain_validation(sample):
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig(hidden_size=16, num_layers=1))
+    model = RecurrentClassifier(ModelConfig(hidden_size=16, num_layers=1))
     seen: list[tuple[bool, torch.Tensor]] = []
     model.register_forward_pre_hook(lambda mod, args: seen.append((mod.training, args[0].detach().clone())))
     train_x, train_y = sample.train_x[:400], sample.train_y[:400]

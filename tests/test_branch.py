@@ -17,7 +17,7 @@ from helpers import copy_run, kill_workers, make_run, wait_for
 
 from brnn_core import charts, cli
 from brnn_core.checkpoint import load_checkpoint, save_checkpoint
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs import queue
 from brnn_core.runs.branch import PARENT_CKPT, BranchError, branch_points, create_branch, plan_branch, with_parents
 from brnn_core.runs.jobs import JobRegistry
@@ -195,7 +195,7 @@ def test_a_dataset_with_another_class_count_is_refused(runs_dir, capsys):
     """A parent whose model predicts 5 classes (a real checkpoint file); every dataset here has 10."""
     parent = create_run(runs_dir, {"train": {"dataset": "mnist-sample", "hidden_size": 8, "num_layers": 1,
                                              "device": "cpu"}}, run_id="five-classes")
-    model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1, num_classes=5))
+    model = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1, num_classes=5))
     save_checkpoint(parent.last_ckpt, model, classes=list("abcde"), epoch=1, step=10)
     assert branch_cli(runs_dir, parent.id, "dataset=fashion-mnist") == 2
     assert "dataset fashion-mnist has 10 classes but five-classes's model predicts 5" in capsys.readouterr().err

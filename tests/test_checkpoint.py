@@ -27,15 +27,15 @@ from brnn_core.checkpoint import (
     save_checkpoint,
 )
 from brnn_core.config import LIVE_FIELDS
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.training.worker import train_run_dir
 
 CLASSES = [str(i) for i in range(10)]
 
 
-def model_with(seed=0, **kw) -> BiLSTM:
+def model_with(seed=0, **kw) -> RecurrentClassifier:
     torch.manual_seed(seed)
-    return BiLSTM(ModelConfig(**{"hidden_size": 8, "num_layers": 2, **kw}))
+    return RecurrentClassifier(ModelConfig(**{"hidden_size": 8, "num_layers": 2, **kw}))
 
 
 def logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:

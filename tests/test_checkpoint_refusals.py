@@ -26,7 +26,7 @@ from PIL import Image
 from brnn_core.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from brnn_core.cli import main
 from brnn_core.inference.predictor import Predictor
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from ui.common import picker_id
 
 CLASSES = [str(i) for i in range(10)]
@@ -43,7 +43,7 @@ def good(tmp_path_factory) -> Path:
     """A real dashboard checkpoint of a tiny model (hidden 8, 1 layer, 10 classes); no training needed."""
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("ckpt") / "good.pt"
-    save_checkpoint(path, BiLSTM(ModelConfig(hidden_size=8, num_layers=1)), classes=CLASSES, step=3)
+    save_checkpoint(path, RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1)), classes=CLASSES, step=3)
     return path
 
 
@@ -52,7 +52,7 @@ def bad_checkpoints(good: Path) -> dict[str, tuple[bytes, str]]:
     raw = good.read_bytes()
     obj = torch.load(good, weights_only=True)
     bare = dict(obj["model_state"])
-    other = BiLSTM(ModelConfig(hidden_size=16, num_layers=1)).state_dict()
+    other = RecurrentClassifier(ModelConfig(hidden_size=16, num_layers=1)).state_dict()
 
     def header(**changes):
         return _dump({**obj, **changes})
@@ -170,7 +170,7 @@ def test_cli_subprocess_gives_message_not_traceback(bad_files, digit_png, tmp_pa
 def real_ckpt_bytes(tmp_path) -> bytes:
     path = tmp_path / "real.pt"
     torch.manual_seed(0)
-    save_checkpoint(path, BiLSTM(ModelConfig(hidden_size=8, num_layers=2)), classes=CLASSES)
+    save_checkpoint(path, RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=2)), classes=CLASSES)
     return path.read_bytes()
 
 

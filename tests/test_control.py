@@ -19,7 +19,7 @@ from helpers import TINY_STEPS_PER_EPOCH as SPE
 
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.commands import Outcome, live_settings, outcomes, send_live_changes
 from brnn_core.runs.rundir import Run, create_run
 from brnn_core.training.engine import make_optimizer
@@ -38,13 +38,14 @@ def run(runs_dir) -> Run:
 
 @pytest.fixture
 def optimizer() -> torch.optim.Optimizer:
-    return make_optimizer(BiLSTM(ModelConfig(hidden_size=8, num_layers=1)).parameters(), "adam", LIVE["lr"])
+    model = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1))
+    return make_optimizer(model.parameters(), "adam", LIVE["lr"])
 
 
 def controller(run: Run, optimizer: torch.optim.Optimizer, step: int = 0) -> TrainingSession:
     """A session at `step` on the run's config, as the worker builds it (no data: nothing trains)."""
     cfg = TrainConfig.from_dict(run.config()["train"])
-    model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
+    model = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1))
     return TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, steps_per_epoch=SPE,
                            start=Position(step=step))
 

@@ -18,7 +18,7 @@ from brnn_core.data.batching import to_input
 from brnn_core.data.canvas import prepare
 from brnn_core.inference.explain import integrated_gradients, prefix_probabilities
 from brnn_core.inference.predictor import Predictor
-from brnn_core.model import BiLSTM, ModelConfig, mode
+from brnn_core.model import ModelConfig, RecurrentClassifier, mode
 
 SEVEN_CANVAS = drawing([SEVEN])
 
@@ -26,7 +26,7 @@ SEVEN_CANVAS = drawing([SEVEN])
 def random_predictor(head: str, dropout: float = 0.0, seed: int = 0) -> Predictor:
     torch.manual_seed(seed)
     cfg = ModelConfig(hidden_size=16, num_layers=2, head=head, dropout=dropout)
-    model = BiLSTM(cfg)
+    model = RecurrentClassifier(cfg)
     return Predictor(Checkpoint(cfg, model.state_dict(), [str(i) for i in range(10)]))
 
 

@@ -17,7 +17,7 @@ from helpers import REPO, TINY, train_run, worker_env
 from brnn_core.autocast_probe import lstm_autocast_dtype
 from brnn_core.devices import NVML_CHECK, cpu_has_bf16, device_problem
 from brnn_core.inference.explain import backward_in_eval
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.rundir import Run
 from brnn_core.training.engine import (
     CUDA_EVAL_BATCH,
@@ -47,8 +47,8 @@ def hide_modules(folder, names=OPTIONAL):
 def test_the_training_path_imports_and_trains_without_the_dashboards_packages(tmp_path):
     hide_modules(tmp_path)
     code = ("import torch, brnn_core.training.session, brnn_core.cli; from brnn_core.training.engine import fit;"
-            "from brnn_core.model import BiLSTM, ModelConfig; import sys;"
-            "m = BiLSTM(ModelConfig(hidden_size=8, num_layers=1)); x = torch.randint(0, 256, (64, 28, 28),"
+            "from brnn_core.model import RecurrentClassifier, ModelConfig; import sys;"
+            "m = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1)); x = torch.randint(0, 256, (64, 28, 28),"
             " dtype=torch.uint8); y = torch.randint(0, 10, (64,)); o = torch.optim.Adam(m.parameters());"
             "r = fit(m, o, x, y, x, y, epochs=1, batch_size=32, seed=0);"
             f"print(r.state, sorted(k for k in sys.modules if k.split('.')[0] in {OPTIONAL!r}))")
@@ -91,7 +91,7 @@ def test_the_check_skips_a_check_that_would_start_after_its_budget(tmp_path):
 @pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has no native bf16: oneDNN's LSTM refuses it")
 def test_lstm_autocast_dtype_reads_the_dtype_the_lstm_ran_in():
     assert lstm_autocast_dtype("cpu", torch.bfloat16) == torch.bfloat16
-    assert lstm_autocast_dtype("cpu", torch.bfloat16, BiLSTM(ModelConfig(hidden_size=8))) == torch.bfloat16
+    assert lstm_autocast_dtype("cpu", torch.bfloat16, RecurrentClassifier(ModelConfig(hidden_size=8))) == torch.bfloat16
 
 
 def test_lstm_autocast_dtype_needs_an_lstm_to_ask():
@@ -130,13 +130,13 @@ def test_cpu_keeps_its_eval_batch_and_plain_adam():
     assert eval_batch_size_for(torch.device("cpu"), 250) == 250
     assert eval_batch_size_for(torch.device("cuda"), 250) == CUDA_EVAL_BATCH
     assert eval_batch_size_for(torch.device("cuda"), 10_000) == 10_000
-    opt = make_optimizer(BiLSTM(ModelConfig(hidden_size=8)).parameters(), "adam", 0.01)
+    opt = make_optimizer(RecurrentClassifier(ModelConfig(hidden_size=8)).parameters(), "adam", 0.01)
     assert not opt.param_groups[0]["fused"]
 
 
 def tiny_fit(cuda_graphs: bool | None):
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
+    model = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1))
     opt = make_optimizer(model.parameters(), "adam", 0.01)
     g = torch.Generator().manual_seed(1)
     x, y = torch.randint(0, 256, (150, 28, 28), dtype=torch.uint8, generator=g), torch.randint(0, 10, (150,),

@@ -24,7 +24,7 @@ from brnn_core.data.canvas import (
     to_grey,
 )
 from brnn_core.inference.predictor import Predictor
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.training.engine import evaluate
 
 SIZE = 280  # the dashboard's canvas
@@ -207,7 +207,8 @@ def test_predict_returns_probabilities_for_every_input_kind(predictor, sample):
 
 def test_predict_runs_in_eval_mode(tmp_path, sample):
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig(hidden_size=16, num_layers=2, dropout=0.5))  # dropout shows a training-mode call
+    # dropout shows a training-mode call
+    model = RecurrentClassifier(ModelConfig(hidden_size=16, num_layers=2, dropout=0.5))
     save_checkpoint(tmp_path / "dropout.pt", model, classes=[str(d) for d in range(10)])
     predictor = Predictor.from_checkpoint((tmp_path / "dropout.pt").read_bytes())
     digit = sample.test_x[0].numpy()

@@ -10,12 +10,12 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from brnn_core.inference.internals import DIRECTIONS, QUANTITIES, lstm_internals
 from brnn_core.inference.predictor import Predictor
-from brnn_core.model import PIXEL_MEAN, PIXEL_STD, BiLSTM, ModelConfig
+from brnn_core.model import PIXEL_MEAN, PIXEL_STD, ModelConfig, RecurrentClassifier
 
 TOL = 1e-5
 
 
-def reference(model: BiLSTM, image: torch.Tensor, rows: int):
+def reference(model: RecurrentClassifier, image: torch.Tensor, rows: int):
     """nn.LSTM on the first `rows` rows, packed as the model packs a prefix: (out (rows, 2H), c_n (2L, H))."""
     x = image[None].float()
     if model.cfg.input_scale == "standard":
@@ -32,7 +32,7 @@ def reference(model: BiLSTM, image: torch.Tensor, rows: int):
 @pytest.mark.parametrize("rows", [28, 11])
 def test_internals_match_nn_lstm(head, input_scale, layers, rows):
     torch.manual_seed(layers * 7 + rows)
-    model = BiLSTM(ModelConfig(hidden_size=12, num_layers=layers, head=head, input_scale=input_scale)).eval()
+    model = RecurrentClassifier(ModelConfig(hidden_size=12, num_layers=layers, head=head, input_scale=input_scale)).eval()
     image = torch.rand(28, 28)
     inside = lstm_internals(model, image, rows)
     out, c_n = reference(model, image, rows)
@@ -68,7 +68,7 @@ def test_internals_of_a_trained_checkpoint_give_its_prediction(finished, sample)
 
 
 def test_a_bad_row_count_is_refused():
-    model = BiLSTM(ModelConfig(hidden_size=4, num_layers=1)).eval()
+    model = RecurrentClassifier(ModelConfig(hidden_size=4, num_layers=1)).eval()
     with pytest.raises(ValueError, match="rows must be between 1 and 28"):
         lstm_internals(model, torch.rand(28, 28), 0)
     with pytest.raises(ValueError, match="unknown quantity"):
@@ -92,7 +92,7 @@ def test_a_batch_gives_each_image_its_own_internals():
     from brnn_core.inference.internals import batch_internals
 
     torch.manual_seed(3)
-    model = BiLSTM(ModelConfig(hidden_size=10, num_layers=2, input_scale="standard")).eval()
+    model = RecurrentClassifier(ModelConfig(hidden_size=10, num_layers=2, input_scale="standard")).eval()
     images = torch.rand(5, 28, 28)
     batch = batch_internals(model, images)
     for k in (0, 4):

@@ -14,7 +14,7 @@ from helpers import make_run
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.training.engine import fit, grad_scaler, make_optimizer, train_one_epoch
 from brnn_core.training.loss_scaling import STUCK_WINDOW, LossScaler
 from brnn_core.training.recorder import Position
@@ -29,9 +29,9 @@ def aten_lstm():
     return torch.backends.mkldnn.flags(enabled=False, allow_tf32=None)
 
 
-def tiny(seed: int = 0) -> BiLSTM:
+def tiny(seed: int = 0) -> RecurrentClassifier:
     torch.manual_seed(seed)
-    return BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
+    return RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1))
 
 
 def data(sample, n: int) -> tuple[torch.Tensor, torch.Tensor]:

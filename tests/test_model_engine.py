@@ -19,7 +19,7 @@ from torch import nn
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.data.batching import to_input
-from brnn_core.model import BiLSTM, ModelConfig, mode
+from brnn_core.model import ModelConfig, RecurrentClassifier, mode
 from brnn_core.training import recorder
 from brnn_core.training.engine import (
     confusion_matrix,
@@ -35,9 +35,9 @@ from brnn_core.training.worker import train_run_dir
 CUDNN_MESSAGE = "cudnn RNN backward can only be called in training mode"
 
 
-def small_model(seed: int = 0, **kw) -> BiLSTM:
+def small_model(seed: int = 0, **kw) -> RecurrentClassifier:
     torch.manual_seed(seed)
-    return BiLSTM(ModelConfig(**{"hidden_size": 8, "num_layers": 2, **kw}))
+    return RecurrentClassifier(ModelConfig(**{"hidden_size": 8, "num_layers": 2, **kw}))
 
 
 # ------------------------------------------------------------------ model
@@ -49,7 +49,7 @@ def test_output_shapes(head):
     assert model(torch.rand(1, 28, 28)).shape == (1, 7)
 
 
-def _fc_input(model: BiLSTM, x: torch.Tensor) -> torch.Tensor:
+def _fc_input(model: RecurrentClassifier, x: torch.Tensor) -> torch.Tensor:
     seen = []
     handle = model.fc.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
     model(x)
@@ -123,7 +123,7 @@ class CudnnLikeLSTM(nn.Module):
         return _BackwardNeedsTrainingMode.apply(out, self.training), state
 
 
-def cudnn_like_model() -> BiLSTM:
+def cudnn_like_model() -> RecurrentClassifier:
     model = small_model()
     model.lstm = CudnnLikeLSTM(model.lstm)
     return model

@@ -18,7 +18,7 @@ from helpers import TINY_STEPS_PER_EPOCH as SPE
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.rundir import Run
 from brnn_core.training import recorder as recorder_module
 from brnn_core.training.engine import EpochResult, EvalResult, LogPoint, make_optimizer
@@ -38,7 +38,7 @@ def recorder(run: Run, start: Position | None = None) -> tuple[TrainingSession, 
     """A training session on a fresh hidden-8 model, as the worker builds it; and what it printed."""
     cfg = TrainConfig.from_dict(run.config()["train"])
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
+    model = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1))
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
     printed: list[tuple[str, dict]] = []
     rec = TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, start=start or Position(),

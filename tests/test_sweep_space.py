@@ -334,10 +334,10 @@ def test_a_starting_checkpoint_is_checked_once_before_any_trial(tmp_path):
     """init_from fixes the architecture and classes: a search over them, or a file that does not fit the base
     config, is refused by the plan, not by every trial's worker."""
     from brnn_core.checkpoint import save_checkpoint
-    from brnn_core.model import BiLSTM, ModelConfig
+    from brnn_core.model import ModelConfig, RecurrentClassifier
 
     ckpt = tmp_path / "start.pt"
-    save_checkpoint(ckpt, BiLSTM(ModelConfig(hidden_size=8, num_layers=1, input_scale="standard")),
+    save_checkpoint(ckpt, RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1, input_scale="standard")),
                     classes=[str(i) for i in range(10)],
                     step=0, epoch=0)
     fits = ["epochs=3", "device=cpu", "hidden_size=8", "num_layers=1", f"init_from={ckpt}"]

@@ -21,7 +21,7 @@ from helpers import TINY_STEPS_PER_EPOCH as SPE
 from brnn_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.branch import PARENT_CKPT, create_branch
 from brnn_core.runs.rundir import Run
 from brnn_core.training.engine import make_optimizer
@@ -63,7 +63,7 @@ def stopped(tmp_path_factory) -> Run:
 class Start:
     position: Position
     note: str | None
-    model: BiLSTM
+    model: RecurrentClassifier
     optimizer: torch.optim.Optimizer
     settings: dict
 
@@ -72,7 +72,7 @@ def begin(run: Run, *, resume: bool = False, resume_from: Path | None = None) ->
     """choose_start with the model and optimizer the worker builds from the run's config, then its session."""
     cfg = TrainConfig.from_dict(run.config()["train"])
     torch.manual_seed(cfg.seed)
-    model = BiLSTM(ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, head=cfg.head))
+    model = RecurrentClassifier(ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, head=cfg.head))
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     began = choose_start(run, cfg, model, optimizer, MNIST_CLASSES, resume=resume, resume_from=resume_from)
     session = TrainingSession(run, cfg, model, optimizer, classes=MNIST_CLASSES, steps_per_epoch=SPE,
@@ -89,9 +89,9 @@ def adam_moments(optimizer: torch.optim.Optimizer) -> torch.Tensor:
     return optimizer.state[optimizer.param_groups[0]["params"][0]]["exp_avg"]
 
 
-def hidden_8(seed: int = 0, **kw) -> BiLSTM:
-    torch.manual_seed(seed)
-    return BiLSTM(ModelConfig(**{"hidden_size": 8, "num_layers": 1, "input_scale": "standard", **kw}))  # as RUN
+def hidden_8(seed: int = 0, **kw) -> RecurrentClassifier:
+    torch.manual_seed(seed)  # the architecture of RUN
+    return RecurrentClassifier(ModelConfig(**{"hidden_size": 8, "num_layers": 1, "input_scale": "standard", **kw}))
 
 
 # ------------------------------------------------------------------ choose_start: which start
@@ -228,7 +228,7 @@ def test_a_trial_exploiting_another_checkpoint_trains_on_with_the_lr_set_before_
 def test_the_new_lr_is_put_back_after_the_optimizer_state_is_loaded(parent):
     saved = load_checkpoint(parent.last_ckpt)
     assert saved.optimizer_state["param_groups"][0]["lr"] == 0.01
-    model = BiLSTM(saved.model_config)
+    model = RecurrentClassifier(saved.model_config)
     optimizer = make_optimizer(model.parameters(), "adam", 0.002, weight_decay=0.1)
     warm = start_from_checkpoint(parent.last_ckpt, model, optimizer)
     assert warm.optimizer_restored and (warm.position.epoch, warm.position.step) == (2, 2 * SPE)
@@ -245,7 +245,7 @@ def test_the_new_lr_is_put_back_after_the_optimizer_state_is_loaded(parent):
 
 def test_another_optimizer_starts_fresh_and_says_why(parent):
     saved = load_checkpoint(parent.last_ckpt)
-    model = BiLSTM(saved.model_config)
+    model = RecurrentClassifier(saved.model_config)
     optimizer = make_optimizer(model.parameters(), "sgd", 0.05, momentum=0.5)
     warm = start_from_checkpoint(saved, model, optimizer)
     assert not warm.optimizer_restored

@@ -24,7 +24,7 @@ from helpers import TINY_STEPS_PER_EPOCH as SPE
 from brnn_core.checkpoint import load_checkpoint, save_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import IDX_FILES, MNIST_CLASSES
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.branch import PARENT_CKPT, create_branch
 from brnn_core.runs.rundir import Run
 from brnn_core.training.engine import FitResult, evaluate, make_optimizer
@@ -137,7 +137,7 @@ def test_the_diverged_message_names_the_checkpoints_left(finished, runs_dir, kee
     for name in {"last.pt", "best.pt"} - set(keep):
         (run.checkpoint_dir / name).unlink()
     cfg = TrainConfig.from_dict(run.config()["train"])
-    model = BiLSTM(ModelConfig(hidden_size=8, num_layers=1))
+    model = RecurrentClassifier(ModelConfig(hidden_size=8, num_layers=1))
     session = TrainingSession(run, cfg, model, make_optimizer(model.parameters(), cfg.optimizer, cfg.lr),
                               classes=MNIST_CLASSES, steps_per_epoch=SPE)
     result = FitResult("diverged", 1, 50, 9, reason="the loss became NaN or infinite")
@@ -178,7 +178,8 @@ def corrupt_last_pt(runs_dir: Path, finished: Run) -> tuple[Run, dict, str]:
 
 def last_pt_of_another_architecture(runs_dir: Path, finished: Run) -> tuple[Run, dict, str]:
     run = tiny(runs_dir, epochs=1)
-    save_checkpoint(run.last_ckpt, BiLSTM(ModelConfig(hidden_size=16, num_layers=1)), classes=MNIST_CLASSES, step=5)
+    model = RecurrentClassifier(ModelConfig(hidden_size=16, num_layers=1))
+    save_checkpoint(run.last_ckpt, model, classes=MNIST_CLASSES, step=5)
     return run, {"resume": True}, f"{run.last_ckpt} does not belong to this run: checkpoint does not fit the " \
                                   "model: layer fc.weight: expected shape (10, 16), found (10, 32); layer " \
                                   "lstm.weight_ih_l0: expected shape (32, 28), found (64, 28); layer " \

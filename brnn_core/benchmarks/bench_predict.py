@@ -11,7 +11,7 @@ from brnn_core.benchmarks.rows import Row, median, percentile, stat_row
 from brnn_core.checkpoint import save_checkpoint
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.inference.predictor import Predictor
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 
 
 def synthetic_canvas(size: int = 280, stroke: int = 20) -> np.ndarray:
@@ -27,7 +27,7 @@ def synthetic_canvas(size: int = 280, stroke: int = 20) -> np.ndarray:
 def bench_predict(ctx: Context) -> list[Row]:
     torch.manual_seed(0)
     path = ctx.workdir / "predict.pt"
-    save_checkpoint(path, BiLSTM(ModelConfig()), classes=MNIST_CLASSES)
+    save_checkpoint(path, RecurrentClassifier(ModelConfig()), classes=MNIST_CLASSES)
     canvas = synthetic_canvas()
     calls = ctx.sizes.predict_calls
     devices = [torch.device("cpu")] + ([ctx.device] if ctx.device.type != "cpu" else [])

@@ -14,7 +14,7 @@ from brnn_core.benchmarks.rows import Row, median, throughput_row
 from brnn_core.benchmarks.sides import EngineTrainer
 from brnn_core.config import TrainConfig
 from brnn_core.data.batching import to_input
-from brnn_core.model import BiLSTM, ModelConfig, mode
+from brnn_core.model import ModelConfig, RecurrentClassifier, mode
 from brnn_core.training.engine import evaluate
 
 
@@ -91,7 +91,7 @@ def eval_scaling(ctx: Context) -> list[Row]:
     _, ex, ey = ctx.eval_data()
     ex, ey = ex[:s.scaling_eval_images].to(ctx.device), ey[:s.scaling_eval_images].to(ctx.device)
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig()).to(ctx.device)
+    model = RecurrentClassifier(ModelConfig()).to(ctx.device)
     eval_sps: dict[int, list[float]] = {bs: [] for bs in s.scaling_eval_batches}
     for bs in s.scaling_eval_batches:
         evaluate(model, ex[:bs], ey[:bs], batch_size=bs)  # warm-up

@@ -13,8 +13,9 @@ from brnn_core.benchmarks import blog_baseline as blog
 from brnn_core.benchmarks.context import timed
 from brnn_core.config import TrainConfig
 from brnn_core.data.batching import batches, epoch_order
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.training.engine import evaluate, grad_scaler, graphed_step, make_optimizer, train_one_epoch
+from brnn_core.training.splits import model_config_for
 
 
 class Trainer:
@@ -40,9 +41,7 @@ class EngineTrainer(Trainer):
         self.amp = amp
         self.log_interval = log_interval or cfg.log_interval
         torch.manual_seed(seed)
-        mcfg = ModelConfig(hidden_size=hidden_size or cfg.hidden_size, num_layers=cfg.num_layers, head=cfg.head,
-                           dropout=cfg.dropout, num_classes=10)
-        self.model = BiLSTM(mcfg).to(device)
+        self.model = RecurrentClassifier(model_config_for(cfg, 10, hidden_size)).to(device)
         self.optimizer = make_optimizer(self.model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay,
                                         cfg.momentum)
         self.x, self.y = x.to(device), y.to(device)
@@ -107,7 +106,7 @@ class EngineEvaluator:
     def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, amp: str = "off"):
         self.device, self.batch_size, self.amp = device, TrainConfig().eval_batch_size, amp
         torch.manual_seed(0)
-        self.model = BiLSTM(ModelConfig()).to(device)
+        self.model = RecurrentClassifier(ModelConfig()).to(device)
         self.x, self.y = x.to(device), y.to(device)
 
     def run(self, warmup: bool = False) -> dict:

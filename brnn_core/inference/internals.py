@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from brnn_core.model import PIXEL_MEAN, PIXEL_STD, BiLSTM
+from brnn_core.model import PIXEL_MEAN, PIXEL_STD, RecurrentClassifier
 
 QUANTITIES = ("h", "c", "input", "forget", "candidate", "output")
 DIRECTIONS = ("forward", "backward")
@@ -64,7 +64,7 @@ def _direction(lstm: torch.nn.LSTM, layer: int, reverse: bool, x: torch.Tensor) 
 
 
 @torch.no_grad()
-def batch_internals(model: BiLSTM, images: torch.Tensor) -> tuple[dict[str, Cells], ...]:
+def batch_internals(model: RecurrentClassifier, images: torch.Tensor) -> tuple[dict[str, Cells], ...]:
     """layers[l][direction] -> Cells of (N, T, H) tensors for a batch of (N, T, 28) images in [0, 1]."""
     lstm = model.lstm
     x = images.to(next(model.parameters()).device, torch.float32)
@@ -79,7 +79,7 @@ def batch_internals(model: BiLSTM, images: torch.Tensor) -> tuple[dict[str, Cell
 
 
 @torch.no_grad()
-def lstm_internals(model: BiLSTM, image: torch.Tensor, rows: int | None = None) -> Internals:
+def lstm_internals(model: RecurrentClassifier, image: torch.Tensor, rows: int | None = None) -> Internals:
     """The internals of `model` reading the first `rows` (default all) rows of one (T, 28) image in [0, 1],
     as `model(image[None], lengths=[rows])` reads it (eval mode: no dropout between layers)."""
     x = image.to(next(model.parameters()).device, torch.float32)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from brnn_core.fileio import atomic_write
-from brnn_core.model import PIXEL_MEAN, PIXEL_STD, BiLSTM, mode
+from brnn_core.model import PIXEL_MEAN, PIXEL_STD, RecurrentClassifier, mode
 
 SAMPLE = 500  # training digits kept: enough for neighbours and matches, a few MB beside a checkpoint
 STATES_SUFFIX = ".states.npz"
@@ -46,7 +46,7 @@ class TrainingStates:
 
     @classmethod
     @torch.no_grad()
-    def build(cls, model: BiLSTM, images: torch.Tensor, labels: torch.Tensor, num_classes: int,
+    def build(cls, model: RecurrentClassifier, images: torch.Tensor, labels: torch.Tensor, num_classes: int,
               sample: int = SAMPLE, seed: int = 0) -> TrainingStates:
         """From a dataset's training split `images` (N, T, 28) uint8 and `labels`: `sample` of them, fixed by
         `seed`."""
@@ -168,7 +168,7 @@ def load_activations(path: Path) -> np.ndarray | None:
 
 
 @torch.no_grad()
-def hidden_states(model: BiLSTM, x: torch.Tensor) -> torch.Tensor:
+def hidden_states(model: RecurrentClassifier, x: torch.Tensor) -> torch.Tensor:
     """(N, T, 2H): the last layer's h at every row for images (N, T, 28) in [0, 1], as the model reads them."""
     if model.cfg.input_scale == "standard":
         x = (x - PIXEL_MEAN) / PIXEL_STD

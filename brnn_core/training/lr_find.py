@@ -19,7 +19,7 @@ import torch
 
 from brnn_core.config import TrainConfig
 from brnn_core.data.batching import epoch_order, to_input
-from brnn_core.model import BiLSTM, mode
+from brnn_core.model import RecurrentClassifier, mode
 from brnn_core.training.engine import make_optimizer
 from brnn_core.training.splits import load_splits, model_config_for, prepare_device
 
@@ -57,7 +57,7 @@ class LrCurve:
         return path
 
 
-def range_test(model: BiLSTM, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
+def range_test(model: RecurrentClassifier, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
                batch_size: int, seed: int = 0, start: float = START, end: float = END, steps: int = STEPS,
                clip: float = 0.0, progress: Callable[[int, int], None] | None = None) -> LrCurve:
     """The range test on `model` (changed: pass a copy) with uint8 images `x` and labels `y`."""
@@ -122,7 +122,7 @@ def find_lr(cfg: TrainConfig, data_dir: Path, *, steps: int = STEPS, start: floa
     device = prepare_device(cfg)
     splits = load_splits(cfg, data_dir, device, progress or (lambda message: None))
     torch.manual_seed(cfg.seed)
-    model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
+    model = RecurrentClassifier(model_config_for(cfg, len(splits.classes))).to(device)
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, start, cfg.weight_decay, cfg.momentum)
 
     def said(k: int, n: int) -> None:

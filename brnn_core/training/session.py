@@ -38,7 +38,7 @@ from brnn_core.data.augment import Augmenter
 from brnn_core.data.datasets import DatasetError
 from brnn_core.devices import run_amp
 from brnn_core.fileio import atomic_write_json
-from brnn_core.model import BiLSTM
+from brnn_core.model import RecurrentClassifier
 from brnn_core.runs import worker_lock
 from brnn_core.runs.protocol import ACKS, PAUSE, REFUSED, RESUME, SET, STOP, Command, change_message
 from brnn_core.runs.rundir import Run
@@ -447,7 +447,7 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
 
     splits = load_splits(cfg, data_dir, device, progress=loading)
     torch.manual_seed(cfg.seed)
-    model = BiLSTM(model_config_for(cfg, len(splits.classes))).to(device)
+    model = RecurrentClassifier(model_config_for(cfg, len(splits.classes))).to(device)
     optimizer = make_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.momentum)
     scaler = grad_scaler(device, cfg.amp)  # fp16 only; lives in last.pt with the optimizer
     began = choose_start(run, cfg, model, optimizer, splits.classes, resume=resume, resume_from=resume_from,

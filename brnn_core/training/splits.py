@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from brnn_core.config import TrainConfig, resolve_drawn_share
+from brnn_core.config import TrainConfig, resolve_drawn_share, resolve_head
 from brnn_core.data.as_drawn import drawn_copies
 from brnn_core.data.batching import split_train_val
 from brnn_core.data.loading import load_dataset
@@ -34,9 +34,11 @@ class Splits:
         return {"train": len(self.train_y), "val": len(self.val_y), "test": len(self.test_y)}
 
 
-def model_config_for(cfg: TrainConfig, num_classes: int) -> ModelConfig:
-    return ModelConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_classes=num_classes,
-                       dropout=cfg.dropout, head=cfg.head, input_scale=cfg.input_scale)
+def model_config_for(cfg: TrainConfig, num_classes: int, hidden_size: int | None = None) -> ModelConfig:
+    """The network `cfg` trains (`hidden_size`: another width, for a benchmark); head auto resolved."""
+    return ModelConfig(hidden_size=hidden_size or cfg.hidden_size, num_layers=cfg.num_layers, num_classes=num_classes,
+                       dropout=cfg.dropout, head=resolve_head(cfg.head, cfg.bidirectional),
+                       input_scale=cfg.input_scale, cell=cfg.cell, bidirectional=cfg.bidirectional)
 
 
 def prepare_device(cfg: TrainConfig) -> torch.device:
