@@ -19,7 +19,7 @@ import torch
 
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import atomic_write
-from brnn_core.model import ModelConfig, RecurrentClassifier
+from brnn_core.model import CELLS, GATE_BLOCKS, ModelConfig, RecurrentClassifier
 
 FORMAT = "brnn-checkpoint"
 FORMAT_VERSION = 1
@@ -159,8 +159,8 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
         return ckpt
     state = obj.get("state_dict", obj.get("model_state_dict", obj))
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{name}: a dict without model weights; expected a BiLSTM state_dict "
-                              "(keys lstm.weight_ih_l0 ... fc.bias)")
+        raise CheckpointError(f"{name}: a dict without model weights; expected a state_dict of this project's model "
+                              "or the blog's BiLSTM (keys lstm.weight_ih_l0 ... fc.bias)")
     state = {k.removeprefix("module."): v for k, v in state.items()}
     mcfg = infer_model_config(state, name)
     check_state_matches(expected_state(mcfg), state)  # e.g. a later layer of another width
@@ -181,8 +181,14 @@ def _header_problem(ckpt: Checkpoint) -> str | None:
                 "; this dashboard feeds rows of 28 pixels" if key == "input_size" else "")
     if not isinstance(cfg.dropout, int | float) or not 0.0 <= cfg.dropout < 1.0:
         return f"model_config.dropout is {cfg.dropout!r}, expected a number from 0 to below 1"
+    if cfg.cell not in CELLS:
+        return f"model_config.cell is {cfg.cell!r}, expected one of {', '.join(CELLS)}"
+    if not isinstance(cfg.bidirectional, bool):
+        return f"model_config.bidirectional is {cfg.bidirectional!r}, expected true or false"
     if cfg.head not in ("bidir", "last"):
         return f"model_config.head is {cfg.head!r}, expected bidir or last"
+    if cfg.head == "bidir" and not cfg.bidirectional:
+        return "model_config.head is bidir for a one-way model, which has no backward direction to read"
     if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in ckpt.model_state.items()):
         return "model_state is not a mapping of layer names to tensors"
     if len(ckpt.classes) != cfg.num_classes:
@@ -197,23 +203,31 @@ def expected_state(cfg: ModelConfig) -> dict[str, torch.Tensor]:
 
 
 def infer_model_config(state: dict[str, torch.Tensor], name: str = "state_dict") -> ModelConfig:
-    """Read hidden size, layers and classes off a bare BiLSTM state_dict's shapes."""
-    for key in ("lstm.weight_ih_l0", "lstm.weight_hh_l0", "fc.weight"):
-        if key not in state:
-            raise CheckpointError(f"{name}: missing {key}; this is not a state_dict of the blog's BiLSTM "
-                                  f"(found keys: {', '.join(list(state)[:6])}...)")
-    if "lstm.weight_ih_l0_reverse" not in state:
-        raise CheckpointError(f"{name}: the LSTM is not bidirectional (no lstm.weight_ih_l0_reverse)")
-    hidden = state["lstm.weight_hh_l0"].shape[1]
-    input_size = state["lstm.weight_ih_l0"].shape[1]
-    layers = len([k for k in state if re.fullmatch(r"lstm\.weight_ih_l\d+", k)])
+    """Read the cell, directions, hidden size, layers and classes off a bare state_dict's names and shapes."""
+    cell = next((c for c in CELLS if f"{c}.weight_ih_l0" in state), None)
+    if cell is None or f"{cell}.weight_hh_l0" not in state or "fc.weight" not in state:
+        missing = [k for k in ("lstm.weight_ih_l0", "lstm.weight_hh_l0", "fc.weight") if k not in state]
+        raise CheckpointError(f"{name}: missing {missing[0] if cell is None else 'fc.weight'}; this is not a "
+                              "state_dict of the blog's BiLSTM or of this project's LSTM, GRU or RNN "
+                              f"(found keys: {', '.join(list(state)[:6])}...)")
+    hidden = state[f"{cell}.weight_hh_l0"].shape[1]
+    blocks, input_size = state[f"{cell}.weight_ih_l0"].shape
+    layers = len([k for k in state if re.fullmatch(rf"{cell}\.weight_ih_l\d+", k)])
+    bidirectional = f"{cell}.weight_ih_l0_reverse" in state
     num_classes, fc_in = state["fc.weight"].shape
+    if blocks != GATE_BLOCKS[cell] * hidden:
+        raise CheckpointError(f"{name}: {cell}.weight_ih_l0 has {blocks} rows; an {cell.upper()} of hidden size "
+                              f"{hidden} has {GATE_BLOCKS[cell] * hidden}")
     if input_size != 28:
-        raise CheckpointError(f"{name}: the LSTM reads rows of {input_size} pixels; this dashboard feeds 28")
-    if fc_in != 2 * hidden:
-        raise CheckpointError(f"{name}: fc.weight takes {fc_in} inputs but the LSTM gives {2 * hidden}")
-    # A bare state_dict comes from the blog's script, whose head is out[:, -1, :].
-    return ModelConfig(input_size=28, hidden_size=hidden, num_layers=layers, num_classes=num_classes, head="last")
+        raise CheckpointError(f"{name}: the {cell.upper()} reads rows of {input_size} pixels; this dashboard feeds 28")
+    directions = 2 if bidirectional else 1
+    if fc_in != directions * hidden:
+        raise CheckpointError(f"{name}: fc.weight takes {fc_in} inputs but the {cell.upper()} gives "
+                              f"{directions * hidden}")
+    # A bare two-way LSTM comes from the blog's script, whose head is out[:, -1, :]; a one-way net reads its last
+    # row's state too: "last" is the only head both have in common.
+    return ModelConfig(input_size=28, hidden_size=hidden, num_layers=layers, num_classes=num_classes, head="last",
+                       cell=cell, bidirectional=bidirectional)
 
 
 def check_state_matches(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> None:

@@ -195,6 +195,11 @@ class TrainConfig:
 
     @classmethod
     def from_file(cls, path: str | Path, *, check_device: bool = True) -> TrainConfig:
+        return cls.from_dict(cls.values_in_file(path), check_device=check_device)
+
+    @staticmethod
+    def values_in_file(path: str | Path) -> dict[str, Any]:
+        """A config file's field: value pairs as written (an auto value stays auto); ConfigError when unreadable."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -213,7 +218,7 @@ class TrainConfig:
                                          "field: value"}) from None
         if not isinstance(data, dict):
             raise ConfigError({"config": f"{path} must hold a JSON object of field: value"})
-        return cls.from_dict(data, check_device=check_device)
+        return data
 
     def errors(self, *, check_device: bool = True) -> dict[str, str]:
         """Every problem with this config as field -> message (empty when valid)."""
@@ -353,15 +358,22 @@ def parse_set(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def load_train_config(config_file: str | Path | None, sets: list[str], data_dir: Path, *,
-                      check_device: bool = True) -> TrainConfig:
-    """`--config FILE`, then `--set KEY=VALUE` pairs on top, as `train` and `sweep` read them; the dataset
-    defaults to full MNIST when it is on disk in `data_dir`, else the offline sample."""
+def train_values(config_file: str | Path | None, sets: list[str], data_dir: Path) -> dict[str, Any]:
+    """`--config FILE`, then `--set KEY=VALUE` pairs on top, as typed: what `load_train_config` validates. The file
+    alone must be valid; its auto values stay auto, so `--set bidirectional=false` gets the one-way head."""
     values: dict = {}
     if config_file:
-        values.update(TrainConfig.from_file(config_file, check_device=False).to_dict())
+        values.update(TrainConfig.values_in_file(config_file))
+        TrainConfig.from_dict(values, check_device=False)  # its own errors, named as the file's
     overrides = parse_set(sets)
     if "dataset" not in values and "dataset" not in overrides:
         values["dataset"] = default_dataset(data_dir)
     values.update(overrides)
-    return TrainConfig.from_dict(values, check_device=check_device)
+    return values
+
+
+def load_train_config(config_file: str | Path | None, sets: list[str], data_dir: Path, *,
+                      check_device: bool = True) -> TrainConfig:
+    """`--config FILE`, then `--set KEY=VALUE` pairs on top, as `train` and `sweep` read them; the dataset
+    defaults to full MNIST when it is on disk in `data_dir`, else the offline sample."""
+    return TrainConfig.from_dict(train_values(config_file, sets, data_dir), check_device=check_device)

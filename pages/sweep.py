@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from brnn_core.config import ConfigError, TrainConfig
+from brnn_core.config import AUTO_HEAD, ConfigError, TrainConfig
 from brnn_core.data.datasets import DATASETS
 from brnn_core.fileio import read_json
 from brnn_core.runs.rundir import Run, RunError
@@ -50,7 +50,7 @@ st.caption("Ray Tune trains many settings side by side, stops bad ones early (AS
 show_flashes()
 
 SWEEP_EPOCHS = 2  # a trial's epochs on the page unless the Train form names a number
-BASE_FIELDS = (("epochs", "Epochs"), ("hidden_size", "Hidden size"), ("num_layers", "LSTM layers"),
+BASE_FIELDS = (("epochs", "Epochs"), ("hidden_size", "Hidden size"), ("num_layers", "Recurrent layers"),
                ("batch_size", "Batch size"), ("lr", "Learning rate"))
 
 
@@ -118,7 +118,8 @@ with left:
     fields = st.multiselect("Fields to search", SEARCHABLE, key="sw_fields")
     base = {"dataset": st.session_state["sw_dataset"], **{n: st.session_state[f"sw_{n}"] for n, _ in BASE_FIELDS}}
     try:
-        base_values = TrainConfig.from_dict(base, check_device=False).to_dict()
+        # the head is not set here: auto, so a searched direction gets its own (as plan_sweep keeps it)
+        base_values = TrainConfig.from_dict(base, check_device=False).to_dict() | {"head": AUTO_HEAD}
     except ConfigError as exc:
         st.error(f"Base settings: {exc}", icon=":material/error:")
         base_values, errors = TrainConfig().to_dict(), ["base"]

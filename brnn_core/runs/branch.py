@@ -22,7 +22,8 @@ from brnn_core.runs.retention import pruned_reason
 from brnn_core.runs.rundir import Run, RunError, create_run, new_run_config, resolve_run
 
 BRANCH_CHECKPOINTS = ("last", "best")
-ARCHITECTURE_FIELDS = ("hidden_size", "num_layers", "head", "input_scale")  # the checkpoint's weights fix these
+# The checkpoint's weights fix these (direction before head: a one-way net's head follows from it).
+ARCHITECTURE_FIELDS = ("cell", "bidirectional", "hidden_size", "num_layers", "head", "input_scale")
 SPLIT_FIELDS = ("seed", "val_fraction")  # these fix which images are validation images
 PARENT_CKPT = "parent.pt"  # in the branch's checkpoints/: its starting point until it saves a last.pt
 
@@ -97,7 +98,11 @@ def plan_branch(runs_dir: Path, parent_ref: str | Path, kind: str = "last",
     ckpt = load_checkpoint(path)
     base = parent_values(parent, ckpt)
     overrides = dict(overrides or {})
-    values = {"input_scale": ckpt.model_config.input_scale, **base, **overrides}  # parents from before input_scale
+    model = ckpt.model_config  # parents from before input_scale, cell or bidirectional: their checkpoint says
+    values = {"input_scale": model.input_scale, "cell": model.cell, "bidirectional": model.bidirectional, **base,
+              **overrides}
+    if "bidirectional" in overrides and "head" not in overrides:
+        values["head"] = "auto"  # the direction asked for is refused below as the architecture it is
     if "epochs" not in overrides:
         values["epochs"] = default_epochs(int(base.get("epochs", 1)), ckpt)
     cfg = TrainConfig.from_dict(values)
@@ -111,6 +116,7 @@ def check_branch_config(cfg: TrainConfig, base: dict, ckpt: Checkpoint, parent_i
     for name in ARCHITECTURE_FIELDS:
         old, new = getattr(model, name), getattr(cfg, name)
         if old != new:
+            old, new = (str(v).lower() if isinstance(v, bool) else v for v in (old, new))  # as --set takes them
             raise BranchError(f"{name}: a branch keeps its parent's architecture ({name}={old}) because it starts "
                               f"from its weights; {name}={new} needs new weights: start a new run instead "
                               f"(python -m brnn_core train --set {name}={new})")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from brnn_core.config import ConfigError, TrainConfig, load_train_config
+from brnn_core.config import AUTO_HEAD, ConfigError, TrainConfig, load_train_config, train_values
 from brnn_core.sweep.records import METRICS, new_sweep_id, sweeps_dir
 from brnn_core.sweep.space import SearchSpec, SweepError, default_samples, parse_search, trial_count
 
@@ -111,7 +111,10 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
     except ConfigError as exc:
         raise SweepError(f"the base config (--config/--set) is not valid:\n{exc}".replace("invalid training config:\n",
                                                                                           "")) from None
-    specs = parse_search(request.search, cfg.to_dict(), scheduler=request.scheduler)
+    base = cfg.to_dict()
+    if str(train_values(request.config, request.sets, data_dir).get("head", AUTO_HEAD)).strip() == AUTO_HEAD:
+        base["head"] = AUTO_HEAD  # each trial's head follows its own direction (a searched one too)
+    specs = parse_search(request.search, base, scheduler=request.scheduler)
     check_search_alg(request, specs)
     check_init_from(cfg, specs)
     check_budgets(request, cfg)
@@ -127,7 +130,7 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
     sweep_id = request.sweep_id or new_sweep_id(request.name)
     if (sweeps_dir(runs_dir) / sweep_id / "sweep.json").exists():
         raise SweepError(f"sweep {sweep_id} already exists in {sweeps_dir(runs_dir)}")
-    base = cfg.replace(cpu_threads=max(1, round(cpus)), best_by=request.metric).to_dict()  # best.pt by the metric
+    base.update(cpu_threads=max(1, round(cpus)), best_by=request.metric)  # best.pt by the metric
     return SweepPlan(sweep_id=sweep_id, name=request.name or sweep_id, base=base, specs=specs, samples=samples,
                      trials=total, scheduler=request.scheduler, metric=request.metric, perturbation_interval=interval,
                      concurrency=concurrency, cpus_per_trial=cpus, gpus_per_trial=gpus, address=address,
@@ -137,7 +140,7 @@ def plan_sweep(request: SweepRequest, runs_dir: Path, data_dir: Path) -> SweepPl
 
 
 # What a fine-tuned trial's starting checkpoint fixes (warmstart.initial_checkpoint checks each against it).
-FIXED_BY_INIT_FROM = ("hidden_size", "num_layers", "head", "input_scale", "dataset")
+FIXED_BY_INIT_FROM = ("cell", "bidirectional", "hidden_size", "num_layers", "head", "input_scale", "dataset")
 
 
 def check_init_from(cfg: TrainConfig, specs: list[SearchSpec]) -> None:

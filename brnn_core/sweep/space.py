@@ -23,7 +23,8 @@ SEARCHABLE = tuple(f for f in TrainConfig.field_names() if f not in NOT_SEARCHAB
 SUGGESTED_SPECS = {"lr": "loguniform:0.0003:0.03", "hidden_size": "choice:32,64,128", "num_layers": "choice:1,2",
                    "batch_size": "choice:50,100,200", "dropout": "uniform:0:0.5", "grad_clip": "uniform:0.5:5",
                    "weight_decay": "loguniform:0.00001:0.01", "optimizer": "choice:adam,adamw,sgd",
-                   "head": "choice:bidir,last", "seed": "randint:0:1000", "momentum": "uniform:0.5:0.99"}
+                   "head": "choice:bidir,last", "seed": "randint:0:1000", "momentum": "uniform:0.5:0.99",
+                   "cell": "choice:lstm,gru,rnn", "bidirectional": "choice:true,false"}
 SPEC_HELP = ("choice:a,b,c (random pick) · grid:a,b,c (every value) · uniform:lo:hi · loguniform:lo:hi · "
              "randint:lo:hi (both ends included)")
 PBT_FIELDS = ("lr", "grad_clip")  # what PBT may change inside a running trial (its live fields)
@@ -108,12 +109,13 @@ def _ranged(key: str, kind: str, rest: str, base: dict) -> SearchSpec:
     if len(parts) != 2:
         raise SweepError(f"--search {key}={kind}:{rest}: a range is {kind}:lo:hi (two numbers)")
     kind_of_field = type(getattr(TrainConfig(), key))
-    other = "a decimal number: use uniform or loguniform" if kind_of_field is float else "text: use choice"
+    words = {float: "a decimal number: use uniform or loguniform", int: "a whole number: use randint",
+             bool: "true or false: use choice"}
+    other = words.get(kind_of_field, "text: use choice")
     if kind == "randint" and kind_of_field is not int:
         raise SweepError(f"--search {key}: randint draws whole numbers but {key} is {other}")
     if kind != "randint" and kind_of_field is not float:
-        raise SweepError(f"--search {key}: {kind} draws decimal numbers but {key} is "
-                         f"{'a whole number: use randint' if kind_of_field is int else 'text: use choice'}")
+        raise SweepError(f"--search {key}: {kind} draws decimal numbers but {key} is {other}")
     low, high = (field_value(base, key, p.strip()) for p in parts)
     if not low < high and not (kind == "randint" and low == high):
         raise SweepError(f"--search {key}={kind}:{rest}: the low end must be below the high end")

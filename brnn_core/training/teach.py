@@ -44,8 +44,8 @@ def teach_config(checkpoint: Path | str, data_dir: Path, **overrides) -> TrainCo
     dataset = saved.get("dataset") if saved.get("dataset") in DATASETS else default_dataset(data_dir)
     mc = ckpt.model_config
     values = {k: saved[k] for k in INHERITED if k in saved}
-    values.update(hidden_size=mc.hidden_size, num_layers=mc.num_layers, head=mc.head, input_scale=mc.input_scale,
-                  dataset=dataset,
+    values.update(cell=mc.cell, bidirectional=mc.bidirectional, hidden_size=mc.hidden_size, num_layers=mc.num_layers,
+                  head=mc.head, input_scale=mc.input_scale, dataset=dataset,
                   init_from=str(path), **TEACH_DEFAULTS)
     values.update(overrides)
     if len(DATASETS[values["dataset"]].classes) != mc.num_classes:

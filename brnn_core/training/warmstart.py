@@ -18,6 +18,7 @@ import torch
 from brnn_core.checkpoint import Checkpoint, CheckpointError, check_state_matches, load_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import atomic_write
+from brnn_core.model import network_name
 from brnn_core.runs.branch import PARENT_CKPT, parent_of
 from brnn_core.runs.protocol import ACKS, SET, change_message
 from brnn_core.runs.rundir import Run
@@ -116,14 +117,14 @@ def initial_checkpoint(cfg: TrainConfig, classes: list[str]) -> Checkpoint | Non
     path = Path(cfg.init_from).expanduser()
     ckpt = load_checkpoint(path)
     mc = ckpt.model_config
-    fix = (f"set hidden_size={mc.hidden_size} num_layers={mc.num_layers} head={mc.head} "
-           f"input_scale={mc.input_scale} to match it")
-    if (mc.hidden_size, mc.num_layers, mc.head, mc.input_scale) != (cfg.hidden_size, cfg.num_layers, cfg.head,
-                                                                    cfg.input_scale):
-        raise CheckpointError(f"init_from {path} is a hidden {mc.hidden_size}, {mc.num_layers}-layer model with "
-                              f"head {mc.head} and input_scale {mc.input_scale}; this run asks for hidden "
-                              f"{cfg.hidden_size}, {cfg.num_layers} layers, head {cfg.head}, input_scale "
-                              f"{cfg.input_scale}: {fix}")
+    fix = (f"set cell={mc.cell} bidirectional={str(mc.bidirectional).lower()} hidden_size={mc.hidden_size} "
+           f"num_layers={mc.num_layers} head={mc.head} input_scale={mc.input_scale} to match it")
+    fixed = ("cell", "bidirectional", "hidden_size", "num_layers", "head", "input_scale")
+    if any(getattr(mc, k) != getattr(cfg, k) for k in fixed):
+        raise CheckpointError(f"init_from {path} is a {network_name(mc)} of hidden {mc.hidden_size}, "
+                              f"{mc.num_layers} layers with head {mc.head} and input_scale {mc.input_scale}; this run "
+                              f"asks for a {network_name(cfg)} of hidden {cfg.hidden_size}, {cfg.num_layers} layers, "
+                              f"head {cfg.head}, input_scale {cfg.input_scale}: {fix}")
     if mc.num_classes != len(classes) or (not ckpt.bare and list(ckpt.classes) != list(classes)):
         raise CheckpointError(f"init_from {path} predicts {', '.join(ckpt.classes)}, but {cfg.dataset} has "
                               f"{', '.join(classes)}: start from a checkpoint trained on {cfg.dataset}")
