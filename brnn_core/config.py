@@ -15,7 +15,7 @@ from typing import Any
 
 from brnn_core.data.datasets import DATASETS, MNIST_CLASSES, default_dataset
 from brnn_core.devices import amp_problem, device_problem
-from brnn_core.model import CELLS, INPUT_SCALES
+from brnn_core.model import CELLS, INPUT_SCALES, ModelConfig
 from brnn_core.schedule import SCHEDULES
 
 DATASET_NAMES = tuple(DATASETS)  # the one list is data.datasets.DATASETS
@@ -272,7 +272,7 @@ class TrainConfig:
 
 _KIND_WORDS = {"int": "a whole number", "float": "a number", "str": "text",
                "bool": "true or false (also yes/no or 1/0)"}
-_BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 
 
 def _coerce(raw: Any, kind: type) -> Any:
@@ -282,7 +282,7 @@ def _coerce(raw: Any, kind: type) -> Any:
     if kind is bool:
         if isinstance(raw, int | float) and raw in (0, 1):  # a JSON 1/0
             return bool(raw)
-        return _BOOL_WORDS[str(raw).strip().lower()]  # KeyError (a LookupError): not a yes or no
+        return BOOL_WORDS[str(raw).strip().lower()]  # KeyError (a LookupError): not a yes or no
     if isinstance(raw, bool):
         raise TypeError("booleans are not numbers")
     if kind is int:
@@ -311,6 +311,16 @@ def _choice(errs: dict, cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -
 def resolve_augment(level: str, dataset: str) -> str:
     """The augmentation level a run uses: `level` itself, or for "auto" the measured choice for `dataset`."""
     return AUGMENT_AUTO.get(dataset, "off") if level == "auto" else level
+
+
+def architecture(train: dict) -> dict[str, Any]:
+    """The cell and direction of a run from its config.json's training values: a run made before either existed
+    trained what a checkpoint without them is (ModelConfig's defaults: a two-way LSTM). None for a run without
+    training values (a damaged config.json)."""
+    if not train:
+        return {"cell": None, "bidirectional": None}
+    return {"cell": train.get("cell", ModelConfig.cell), "bidirectional": train.get("bidirectional",
+                                                                                    ModelConfig.bidirectional)}
 
 
 def resolve_head(head: str, bidirectional: bool) -> str:

@@ -42,8 +42,8 @@ if table.empty:
 
 query = st.text_input("Filter", key="runs_filter", placeholder="val_accuracy > 0.97 and lr <= 0.01 and state:finished",
                       help="Comparisons on the table's columns (val_accuracy, test_accuracy, lr, hidden, epochs, "
-                           "dataset, …), state:NAME, tag:NAME, group:ID, joined with and / or / not and "
-                           "parentheses. Read as a filter, never run as code; the same as "
+                           "dataset, cell == gru, bidirectional == false, …), state:NAME, tag:NAME, group:ID, "
+                           "joined with and / or / not and parentheses. Read as a filter, never run as code; the same as "
                            "`python -m brnn_core runs list --filter`.")
 try:
     table = filter_table(table, query)
@@ -52,7 +52,8 @@ except FilterError as exc:
 if query and table.empty:
     st.info("No run matches the filter.")
     st.stop()
-shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100)
+shown = table.assign(best_val_acc=table["best_val_acc"] * 100, test_acc=table["test_acc"] * 100,
+                     bidirectional=table["bidirectional"].map({True: "two-way", False: "one-way"}))
 for name in shown.select_dtypes(exclude=["number", "bool"]).columns:  # text columns: an empty cell, not "None"
     shown[name] = shown[name].where(shown[name].notna(), "")
 stored = my.scores([Run(runs_dir / rid).best_ckpt for rid in table["run_id"]], data_dir)  # read, never computed
@@ -71,13 +72,15 @@ run_columns = {
     "duration_s": st.column_config.NumberColumn("duration (s)", format="%.0f"),
     "size_mb": size_column_config(),
     "lr": st.column_config.NumberColumn("lr", format="%g"),
+    "bidirectional": st.column_config.TextColumn("direction", help="two-way: rows read top-down and bottom-up; "
+                                                 "one-way: top-down only (filter: bidirectional == false)"),
 }
 picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row",
                       key="runs_groups_table" if folded else "runs_table",  # each view keeps its own selection
                       column_order=["run_id", *(["n"] if folded else []), "state", "dataset", "best_val_acc",
-                                    "test_acc", "my_drawings_acc", "duration_s", "size_mb", "step", "epochs", "hidden",
-                                    "layers", "head", "batch", "lr", "optimizer", "device", "parent", "group", "tags",
-                                    "note", "problem"],
+                                    "test_acc", "my_drawings_acc", "duration_s", "size_mb", "step", "epochs", "cell",
+                                    "bidirectional", "hidden", "layers", "head", "batch", "lr", "optimizer", "device",
+                                    "parent", "group", "tags", "note", "problem"],
                       column_config={**run_columns, **groups.column_config(folded)})
 group_slot = st.container()  # a selected group's runs: always there, so nothing after it moves
 export_cols = st.columns([1, 1, 3])

@@ -16,7 +16,8 @@ from brnn_core.runs.retention import DEFAULT_PER, METRICS, PER, apply_prune, pla
 from brnn_core.runs.rundir import RunError, default_runs_dir, resolve_run
 
 FORMATS = ("table", "csv", "json")
-TABLE_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "lr", "epochs", "best_val_acc", "test_acc"]
+TABLE_COLUMNS = ["run_id", "state", "dataset", "cell", "bidirectional", "hidden", "layers", "lr", "epochs",
+                 "best_val_acc", "test_acc"]
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

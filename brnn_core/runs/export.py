@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from brnn_core.config import architecture
 from brnn_core.runs.groups import spread
 from brnn_core.runs.rundir import Run
 
@@ -22,8 +23,9 @@ def long_table(runs_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
     for row in table.to_dict("records"):
         run = Run(Path(runs_dir) / row["run_id"])
         metrics = run.metrics()
+        train = run.config().get("train") or {}
         settings = {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
-                    for k, v in ((run.config().get("train") or {}).items())}
+                    for k, v in {**(architecture(train) if train else {}), **train}.items()}
         extra = {"run_id": row["run_id"], "group": row.get("group"), "tags": row.get("tags") or "",
                  "state": row.get("state"), **{f"train.{k}": v for k, v in settings.items()}}
         frames.append(metrics.assign(**extra))
@@ -55,7 +57,7 @@ def group_summary(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for group, runs in table.groupby("group", sort=False):
         row = {"group": group, "n": len(runs), "runs": " ".join(runs["run_id"]),
-               "dataset": runs["dataset"].iloc[0], "hidden": runs["hidden"].iloc[0], "lr": runs["lr"].iloc[0]}
+               **{name: runs[name].iloc[0] for name in ("dataset", "cell", "bidirectional", "hidden", "lr")}}
         for metric in GROUP_METRICS:
             summary = spread(runs[metric])
             row[f"{metric}_mean"], row[f"{metric}_std"] = summary.mean, summary.std

@@ -2,6 +2,7 @@
 
     val_accuracy > 0.97 and lr <= 0.01 and not state:failed
     (hidden >= 64 or tag:baseline) and dataset == mnist-sample
+    cell == "gru" and bidirectional == false
 
 Comparisons (`< <= > >= == !=`) on a table column or an alias, `tag:NAME`, `group:ID`, `state:NAME`, joined
 with `and`, `or`, `not` and parentheses. It is parsed here, never evaluated as Python: anything else is a
@@ -14,6 +15,8 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from brnn_core.config import BOOL_WORDS
 
 ALIASES = {"val_accuracy": "best_val_acc", "val_acc": "best_val_acc", "test_accuracy": "test_acc",
            "hidden_size": "hidden", "num_layers": "layers", "batch_size": "batch", "id": "run_id"}
@@ -145,6 +148,8 @@ def _comparison(field: str, op: Callable, wanted: float | str) -> Predicate:
         value = row.get(field)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return False  # a run without this value never matches (not even !=)
+        if isinstance(value, bool) and isinstance(wanted, str) and wanted.lower() in BOOL_WORDS:
+            return bool(op(value, BOOL_WORDS[wanted.lower()]))  # bidirectional == false (or no, 0)
         if isinstance(wanted, float):
             try:
                 return bool(op(float(value), wanted))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from brnn_core.config import architecture
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
 from brnn_core.runs.notes import NOTES_NAME, read_notes
@@ -34,7 +35,8 @@ STORE_EVERY_S = 10.0  # the store is rewritten at most this often (a sweep's tri
 SETTLE_NS = 1_000_000_000  # file times move in clock ticks (ms): a folder changed this recently is checked fully
 
 
-SUMMARY_COLUMNS = ["run_id", "state", "dataset", "hidden", "layers", "head", "batch", "lr", "optimizer",
+SUMMARY_COLUMNS = ["run_id", "state", "dataset", "cell", "bidirectional", "hidden", "layers", "head", "batch", "lr",
+                   "optimizer",
                    "epochs", "step", "best_val_acc", "test_acc", "duration_s", "device", "parent", "problem",
                    "group", "tags", "note"]
 
@@ -141,7 +143,7 @@ def summary_row(run_id: str, config: dict, status: dict, metrics: ValSummary, no
     ended = status.get("ended") or ((now or time.time()) if active else status.get("updated"))
     return {
         "run_id": run_id, "state": status.get("state"), "dataset": tc.get("dataset"),
-        "hidden": tc.get("hidden_size"), "layers": tc.get("num_layers"), "head": tc.get("head"),
+        **architecture(tc), "hidden": tc.get("hidden_size"), "layers": tc.get("num_layers"), "head": tc.get("head"),
         "batch": tc.get("batch_size"), "lr": tc.get("lr"), "optimizer": tc.get("optimizer"),
         "epochs": tc.get("epochs"), "step": status.get("step"), "best_val_acc": metrics.best_val_acc,
         "test_acc": metrics.test_acc,
