@@ -280,7 +280,7 @@ def per_class_figure(per_class: list[float], classes: list[str]) -> go.Figure:
 
 
 # ------------------------------------------------------------------ inside the model (Predict page)
-READING_TITLE = "How the BiLSTM reads your digit, row by row"
+READING_TITLE = "reads your digit, row by row"  # after "How the <network>" (model.network_name)
 ATTRIBUTION_TITLE = "Which pixels decided"
 # Transparent at zero so the digit shows through; blue pulled away from the class, red pushed towards it.
 # Alpha rises quickly off zero: most of the mass is in many small pushes, not in the few largest.
@@ -293,8 +293,9 @@ def _image_trace(image: np.ndarray, *, zmax: float = 1.0, **kwargs) -> go.Heatma
                       hovertemplate="row %{y}, col %{x}: %{z:.2f}<extra></extra>", **kwargs)
 
 
-def reading_figure(image: np.ndarray, rows: np.ndarray, classes: list[str]) -> go.Figure:
-    """The 28x28 input beside a (28, C) heatmap of what the model thinks after each row, rows aligned.
+def reading_figure(image: np.ndarray, rows: np.ndarray, classes: list[str], *, network: str) -> go.Figure:
+    """The 28x28 input beside a (28, C) heatmap of what the model thinks after each row, rows aligned; `network`
+    names the model in the title ("two-way LSTM (BiLSTM)").
 
     Row t of the heatmap is the model run on image rows 0..t only, so a row of the picture and the
     model's opinion once it has read down to it sit side by side."""
@@ -309,7 +310,8 @@ def reading_figure(image: np.ndarray, rows: np.ndarray, classes: list[str]) -> g
     fig.update_yaxes(autorange="reversed", row=1, col=2)
     fig.update_xaxes(showticklabels=False, row=1, col=1)
     fig.update_xaxes(type="category", title_text="predicted class", row=1, col=2)
-    fig.update_layout(title=READING_TITLE, height=380, margin=dict(l=10, r=10, t=70, b=10), uirevision="reading")
+    fig.update_layout(title=f"How the {network} {READING_TITLE}", height=380, margin=dict(l=10, r=10, t=70, b=10),
+                      uirevision="reading")
     return fig
 
 
@@ -334,7 +336,8 @@ def attribution_figure(image: np.ndarray, attribution: np.ndarray, class_name: s
 
 
 INSIDE_COLOURS = {"h": "RdBu", "c": "RdBu", "candidate": "RdBu", "input": "Viridis", "forget": "Viridis",
-                  "output": "Viridis"}  # signed quantities diverge around 0; gates run from 0 to 1
+                  "output": "Viridis", "reset": "Viridis", "update": "Viridis"}  # signed ones diverge around 0; gates
+# (sigmoids) run from 0 to 1
 
 
 def unit_order(values: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Predict page: draw a digit, see the 28x28 image the model sees, its class probabilities, how the
-BiLSTM reads it row by row and which pixels decided; save drawings with their labels (my-drawings)."""
+network reads it row by row and which pixels decided; save drawings with their labels (my-drawings)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from brnn_core.data.drawings import (
 )
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.uploads import UPLOADS_FOLDER, UploadError, save_upload
+from brnn_core.model import network_name
 from ui import drawings as my
 from ui.common import flash, folders, picker_id, run_index, short_id, show_flashes
 from ui.inside import inside_panel
@@ -129,7 +130,7 @@ except CheckpointError as exc:
     st.stop()
 cfg = predictor.checkpoint.model_config
 bare = " (bare state_dict, shapes inferred)" if predictor.checkpoint.bare else ""
-side.caption(f"BiLSTM hidden {cfg.hidden_size}, {cfg.num_layers} layers, head {cfg.head}, "
+side.caption(f"{network_name(cfg)}, hidden {cfg.hidden_size}, {cfg.num_layers} layers, head {cfg.head}, "
              f"{cfg.num_classes} classes{bare}")
 
 
@@ -195,13 +196,15 @@ def draw_and_predict(predictor: Predictor) -> None:
             st.plotly_chart(charts.probabilities_figure(probs, predictor.classes), key="probs", on_select="ignore")
 
     if x is not None:
-        st.subheader("How the BiLSTM reads your digit")
+        network = network_name(predictor.checkpoint.model_config)
+        st.subheader(f"How the {network} reads your digit")
         e1, e2 = st.columns([3, 2])
-        e1.plotly_chart(charts.reading_figure(x.numpy(), predictor.read_rows(x.numpy()), predictor.classes),
-                        key="reading", on_select="ignore")
+        e1.plotly_chart(charts.reading_figure(x.numpy(), predictor.read_rows(x.numpy()), predictor.classes,
+                                              network=network), key="reading", on_select="ignore")
         e2.plotly_chart(charts.attribution_figure(x.numpy(), predictor.attribution(x.numpy(), top),
                                                   predictor.classes[top]), key="attribution", on_select="ignore")
-        st.caption(reading_caption(predictor.device.type == "cuda"))
+        st.caption(reading_caption(predictor.device.type == "cuda",
+                                   bidirectional=predictor.checkpoint.model_config.bidirectional))
         inside_panel(predictor, x.numpy(), top, path, data_dir)
 
     st.subheader("Teach it your handwriting")

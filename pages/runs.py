@@ -43,8 +43,8 @@ if table.empty:
 query = st.text_input("Filter", key="runs_filter", placeholder="val_accuracy > 0.97 and lr <= 0.01 and state:finished",
                       help="Comparisons on the table's columns (val_accuracy, test_accuracy, lr, hidden, epochs, "
                            "dataset, cell == gru, bidirectional == false, …), state:NAME, tag:NAME, group:ID, "
-                           "joined with and / or / not and parentheses. Read as a filter, never run as code; the same as "
-                           "`python -m brnn_core runs list --filter`.")
+                           "joined with and / or / not and parentheses. Read as a filter, never run as code; the "
+                           "same as `python -m brnn_core runs list --filter`.")
 try:
     table = filter_table(table, query)
 except FilterError as exc:

@@ -182,9 +182,11 @@ def test_a_blank_canvas_has_no_assessment(predictor):
 
 # ------------------------------------------------------------------ what the page says
 def test_reading_caption_in_plain_words():
-    cpu, gpu = reading_caption(False), reading_caption(True)
+    cpu, gpu = reading_caption(False, bidirectional=True), reading_caption(True, bidirectional=True)
     assert "cuDNN" not in cpu and "cuDNN" in gpu and gpu.startswith(cpu)
-    assert "bottom up" not in cpu and "top down" not in cpu
+    assert "bottom up" not in cpu and "top down" not in cpu and "from the top and from the bottom at once" in cpu
+    one_way = reading_caption(False, bidirectional=False)
+    assert "from the top down" in one_way and "bottom" not in one_way
 
 
 def _verdict_app(path: str, shape: str) -> None:

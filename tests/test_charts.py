@@ -78,7 +78,7 @@ def test_reading_figure_lines_rows_up_with_the_image():
     rng = np.random.default_rng(0)
     image = rng.random((28, 28))
     rows = rng.dirichlet(np.ones(10), size=28)  # (28, 10), each row sums to 1
-    fig = charts.reading_figure(image, rows, [str(i) for i in range(10)])
+    fig = charts.reading_figure(image, rows, [str(i) for i in range(10)], network="one-way GRU")
     picture, heat = fig.data
     np.testing.assert_allclose(np.asarray(picture.z), image)
     np.testing.assert_allclose(np.asarray(heat.z), 100 * rows)
@@ -86,7 +86,7 @@ def test_reading_figure_lines_rows_up_with_the_image():
     # One shared, reversed y axis: row 0 at the top of both, so image row t sits beside heatmap row t.
     assert picture.yaxis == "y" and heat.yaxis == "y2" and fig.layout.yaxis2.matches == "y"
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis2.autorange == "reversed"
-    assert charts.READING_TITLE in fig.layout.title.text
+    assert fig.layout.title.text == f"How the one-way GRU {charts.READING_TITLE}"
 
 
 def test_attribution_overlay_scale_ignores_one_extreme_pixel():

@@ -92,10 +92,12 @@ def test_the_check_skips_a_check_that_would_start_after_its_budget(tmp_path):
 def test_lstm_autocast_dtype_reads_the_dtype_the_lstm_ran_in():
     assert lstm_autocast_dtype("cpu", torch.bfloat16) == torch.bfloat16
     assert lstm_autocast_dtype("cpu", torch.bfloat16, RecurrentClassifier(ModelConfig(hidden_size=8))) == torch.bfloat16
+    gru = RecurrentClassifier(ModelConfig(hidden_size=8, cell="gru"))
+    assert lstm_autocast_dtype("cpu", torch.bfloat16, gru) == torch.float32  # CPU autocast leaves nn.GRU in fp32
 
 
-def test_lstm_autocast_dtype_needs_an_lstm_to_ask():
-    with pytest.raises(ValueError, match="no nn.LSTM"):
+def test_lstm_autocast_dtype_needs_a_recurrent_module_to_ask():
+    with pytest.raises(ValueError, match="no recurrent module"):
         lstm_autocast_dtype("cpu", torch.bfloat16, torch.nn.Linear(28, 10))
 
 

@@ -1,5 +1,5 @@
-"""The Predict page's "Inside the LSTM" expander: the drawn digit's gates and states row by row, the rows that
-mattered, and integrated gradients with a choice of baseline and the randomised-weights sanity check.
+"""The Predict page's "Inside the <network>" expander: the drawn digit's states (and the cell's gates) row by row,
+the rows that mattered, and integrated gradients with a choice of baseline and the randomised-weights sanity check.
 
 Nothing here is computed while the expander is closed (its open state is the session's), so a stroke costs
 what it cost without it.
@@ -16,7 +16,7 @@ from brnn_core import charts
 from brnn_core.checkpoint import CheckpointError
 from brnn_core.data.datasets import DatasetError
 from brnn_core.inference.explain import BASELINES
-from brnn_core.inference.internals import DIRECTIONS, QUANTITIES, Internals
+from brnn_core.inference.internals import QUANTITIES, Internals, directions_of
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.state_space import (
     TrainingStates,
@@ -26,10 +26,10 @@ from brnn_core.inference.state_space import (
     load_activations,
     states_path,
 )
+from brnn_core.model import network_name
+from ui import cells as words
 from ui.background import BackgroundJobs
 
-QUANTITY_LABELS = {"h": "hidden state h", "c": "cell state c", "input": "input gate i", "forget": "forget gate f",
-                   "candidate": "cell candidate g", "output": "output gate o"}
 BASELINE_HELP = ("Integrated gradients sums each pixel's effect along a path from this baseline to your drawing. "
                  "From black, background pixels get exactly zero (they never differ from it); from a blurred copy, "
                  "what the sharp strokes add; from grey, ink and background alike.")
@@ -38,18 +38,16 @@ BASELINE_HELP = ("Integrated gradients sums each pixel's effect along a path fro
 def inside_panel(predictor: Predictor, x: np.ndarray, top: int, checkpoint: str, data_dir: Path) -> None:
     """The expander for the model input `x` (28, 28) and its predicted class `top` (`checkpoint`: its file,
     beside which the training digits' states are kept)."""
-    with st.expander("Inside the LSTM: gates and states row by row, rows that mattered, a sanity check",
+    cfg = predictor.checkpoint.model_config
+    what = "its state" if cfg.cell == "rnn" else "gates and states"
+    with st.expander(f"Inside the {network_name(cfg)}: {what} row by row, rows that mattered, a sanity check",
                      key="inside_open", on_change="rerun"):
         if not st.session_state.get("inside_open"):
             return
-        cfg = predictor.checkpoint.model_config
-        pick = st.columns(3)
-        layer = pick[0].selectbox("Layer", list(range(1, cfg.num_layers + 1)), index=cfg.num_layers - 1,
-                                  key="inside_layer")
-        direction = pick[1].selectbox("Direction", DIRECTIONS, key="inside_direction")
-        quantity = pick[2].selectbox("Quantity", QUANTITIES, format_func=QUANTITY_LABELS.get, key="inside_quantity")
+        layer, direction, quantity = pick_cells(predictor)
         inside = predictor.internals(x)
         cells = inside.layers[layer - 1][direction]
+        st.caption(f"**{words.label(cfg.cell, quantity).capitalize()}.** {words.hint(cfg.cell, quantity)}")
         heat, rows = st.columns([3, 2])
         heat.plotly_chart(charts.internals_figure(cells.get(quantity).numpy(), quantity,
                                                   f"layer {layer}, {direction}"), key="inside_heatmap",
@@ -58,6 +56,8 @@ def inside_panel(predictor: Predictor, x: np.ndarray, top: int, checkpoint: str,
                           key="inside_rows", on_select="ignore")
         read = ("rows 0..t (top down)" if direction == "forward" else "rows 27..t (bottom up): at row 0 it has "
                 "read the whole image")
+        if not cfg.bidirectional:
+            read += " (a one-way net has only this direction: row 27 is its first state that has read the whole image)"
         st.caption(f"At row t the {direction} direction has read {read}. Units are ordered by the row where each "
                    "is most active, so units that fire together sit side by side; most single units mean nothing "
                    "on their own: look for bands across many. Rows that mattered: each row blanked in turn, how "
@@ -87,6 +87,28 @@ def inside_panel(predictor: Predictor, x: np.ndarray, top: int, checkpoint: str,
             corr = float(np.corrcoef(trained.ravel(), random_map.ravel())[0, 1])
             st.caption(f"Correlation between the two maps: {corr:.2f}. Close to 1 would mean the map shows the "
                        "input's shape, not what the model learned.")
+
+
+def pick_cells(predictor: Predictor) -> tuple[int, str, str]:
+    """The layer (from 1), direction and quantity to show, from what this checkpoint has: a choice made for another
+    checkpoint (more layers, another cell) falls back to the last layer's forward h. One-way: no direction to pick."""
+    cfg = predictor.checkpoint.model_config
+    directions, quantities = directions_of(predictor.model), QUANTITIES[cfg.cell]
+    layers = list(range(1, cfg.num_layers + 1))
+    for key, options, fallback in (("inside_layer", layers, layers[-1]), ("inside_direction", directions, "forward"),
+                                   ("inside_quantity", quantities, "h")):
+        if st.session_state.get(key, fallback) not in options:
+            st.session_state[key] = fallback
+    pick = st.columns(3)
+    layer = pick[0].selectbox("Layer", layers, index=len(layers) - 1, key="inside_layer")
+    if len(directions) > 1:
+        direction = pick[1].selectbox("Direction", directions, key="inside_direction")
+    else:
+        direction = directions[0]
+        pick[1].caption("Direction: forward (one-way: the rows are read top down only)")
+    quantity = pick[2].selectbox("Quantity", quantities, format_func=lambda q: words.label(cfg.cell, q),
+                                 key="inside_quantity")
+    return layer, direction, quantity
 
 
 class StatesBuilder:
@@ -175,10 +197,10 @@ def state_space_section(predictor: Predictor, inside: Internals, chosen: tuple[i
     path_col.plotly_chart(charts.state_path_figure(states.path_of(last["forward"].h.numpy()), states.class_paths,
                                                    predictor.classes, predictor.classes[top]),
                           key="inside_path", on_select="ignore")
-    final = np.concatenate([last["forward"].h[-1].numpy(), last["backward"].h[0].numpy()])
+    final = inside.final().numpy()
     with near_col:
-        st.caption("Nearest training digits by the state the classifier reads (forward after the last row, "
-                   "backward after the first):")
+        st.caption("Nearest training digits by the state that has read the whole digit (forward after the last row"
+                   + (", backward after the first):" if "backward" in last else "):"))
         thumbnails([(n.index, n.label, f"{n.distance:.2f}") for n in states.neighbours(final, 8)], states,
                    predictor.classes)
     st.caption(f"Each grey line is a class's mean path over {len(states.indices)} training digits, projected on "
@@ -193,7 +215,7 @@ def state_space_section(predictor: Predictor, inside: Internals, chosen: tuple[i
             st.caption(theirs)
             return
     mine = inside.layers[layer - 1][direction].get(quantity).numpy()
-    what = f"layer {layer}'s {direction} {QUANTITY_LABELS[quantity]}"
+    what = f"layer {layer}'s {direction} {words.label(predictor.checkpoint.model_config.cell, quantity)}"
     units, found = states.matches(mine, direction, band, threshold, theirs=theirs)
     if not len(units):
         st.caption(f"No unit of {what} is above {threshold:g} across rows {band[0]}-{band[1]}: lower the threshold "

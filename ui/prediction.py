@@ -7,21 +7,23 @@ from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.inference.predictor import Assessment, Predictor
 
 READING_CAPTION = (
-    "Left: the model reads your image one row of pixels at a time, from the top and from the bottom at once. "
+    "Left: the model reads your image one row of pixels at a time, {how}. "
     "Each row of the chart is what it would answer if the image ended at that row; the rows above your ink "
     "show its guess from an empty image. Right: which pixels pushed it towards its answer (red) or away from "
     "it (blue), measured from an all-black image (integrated gradients).")
 GPU_NOTE = (
-    " On the GPU, the right-hand chart is computed without NVIDIA's fast LSTM code (cuDNN), which cannot do "
+    " On the GPU, the right-hand chart is computed without NVIDIA's fast recurrent code (cuDNN), which cannot do "
     "this measurement on a model that is predicting: slower, same model, same answer.")
 UNCALIBRATED_HELP = (
     "This checkpoint carries no calibration, so the probability is the model's raw softmax, which is often too "
     "sure of itself. A run's checkpoint is calibrated when its test report is written (Runs page).")
 
 
-def reading_caption(device_is_cuda: bool) -> str:
-    """The caption under the row-by-row reading and the attribution; the cuDNN note only on a GPU."""
-    return READING_CAPTION + (GPU_NOTE if device_is_cuda else "")
+def reading_caption(device_is_cuda: bool, *, bidirectional: bool) -> str:
+    """The caption under the row-by-row reading and the attribution, for a two-way or one-way model; the cuDNN
+    note only on a GPU."""
+    how = "from the top and from the bottom at once" if bidirectional else "from the top down"
+    return READING_CAPTION.format(how=how) + (GPU_NOTE if device_is_cuda else "")
 
 
 def unfamiliar_notice(classes: list[str]) -> str:

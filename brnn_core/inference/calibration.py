@@ -2,7 +2,7 @@
 
 - Temperature scaling (Guo et al. 2017): one scalar T, fitted on the validation split by minimising the NLL
   of softmax(logits / T); the argmax never changes. Calibration error: ECE over 15 equal-width bins.
-- Distance to the training data: the Mahalanobis distance (Lee et al. 2018) of the BiLSTM's final states and
+- Distance to the training data: the Mahalanobis distance (Lee et al. 2018) of the network's final states and
   the mean and max of its last layer's outputs over the rows to the nearest training class mean under one
   shared covariance. Farther than a quantile of the validation digits' distances (pen-stroke copies in): unfamiliar.
 Both are stored in the checkpoint under "calibration"; why this measure: docs/decisions/090-honest-confidence.md.
@@ -25,7 +25,7 @@ ECE_BINS = 15
 T_RANGE = (0.05, 20.0)  # the search interval for T; a fitted T at either end means the logits carry no signal
 SHRINKAGE = 0.01  # share of the mean variance added to the covariance's diagonal: invertible with few images
 THRESHOLD_QUANTILE = 0.95  # of the in-distribution validation distances (the decision record says why)
-POOLED_MAX_HIDDEN = 256  # above it only the final states are used: the stored precision grows as (6 H)^2
+POOLED_MAX_HIDDEN = 256  # above it only the final states are used: the stored precision grows as (3 D H)^2
 MAX_FIT_IMAGES = 10_000  # training images the class means are fitted on; more changes the means by little
 STROKE_REFERENCE = 300  # validation digits given pen-stroke copies when the run trained on none
 
@@ -51,15 +51,16 @@ class DigitDistance:
                 "precision": self.precision.float().contiguous(), "threshold": float(self.threshold)}
 
     @classmethod
-    def from_dict(cls, data: object, hidden_size: int) -> DigitDistance | None:
-        """None for anything that is not a usable stored distance (an old, foreign or damaged checkpoint)."""
+    def from_dict(cls, data: object, state_size: int) -> DigitDistance | None:
+        """None for anything that is not a usable stored distance (an old, foreign or damaged checkpoint).
+        `state_size`: the width of the model's last-layer output (ModelConfig.state_size)."""
         if not isinstance(data, dict) or data.get("kind") != "mahalanobis" or data.get("features") not in FEATURES:
             return None
         means, precision, threshold = data.get("means"), data.get("precision"), data.get("threshold")
         if not (isinstance(means, torch.Tensor) and isinstance(precision, torch.Tensor)
                 and isinstance(threshold, int | float) and math.isfinite(threshold)):
             return None
-        size = FEATURES[data["features"]] * hidden_size
+        size = FEATURES[data["features"]] * state_size
         if means.ndim != 2 or means.shape[1] != size or tuple(precision.shape) != (size, size):
             return None
         return cls(means.float(), precision.float(), float(threshold), data["features"])
@@ -79,13 +80,13 @@ class Calibration:
         return out
 
     @classmethod
-    def from_dict(cls, data: object, hidden_size: int) -> Calibration | None:
+    def from_dict(cls, data: object, state_size: int) -> Calibration | None:
         if not isinstance(data, dict):
             return None
         t = data.get("temperature")
         if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t) or t <= 0:
             return None
-        return cls(float(t), DigitDistance.from_dict(data.get("distance"), hidden_size))
+        return cls(float(t), DigitDistance.from_dict(data.get("distance"), state_size))
 
 
 def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, bins: int = ECE_BINS) -> float:
@@ -123,9 +124,9 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, iterations: int 
     return t if nll(logits, labels, t) <= nll(logits, labels, 1.0) else 1.0
 
 
-FEATURES = {  # name -> feature size in units of the hidden size
-    "final+pooled": 6,  # what the classifier reads (2H) + the last layer's outputs' mean and max over rows (2H each)
-    "final": 2,
+FEATURES = {  # name -> feature size in units of the last layer's output width (D*H: directions x hidden)
+    "final+pooled": 3,  # what the classifier reads (D*H) + the last layer's outputs' mean and max over rows (D*H each)
+    "final": 1,
 }
 
 
@@ -142,7 +143,7 @@ def features_and_logits(model: nn.Module, images: torch.Tensor, features: str = 
     device = next(model.parameters()).device
     seen: dict[str, torch.Tensor] = {}
     hooks = [model.fc.register_forward_hook(lambda _m, inputs, _o: seen.__setitem__("final", inputs[0])),
-             model.lstm.register_forward_hook(lambda _m, _i, output: seen.__setitem__("rows", output[0]))]
+             model.recurrent.register_forward_hook(lambda _m, _i, output: seen.__setitem__("rows", output[0]))]
     feats, logits = [], []
     try:
         with mode(model, False):
@@ -157,7 +158,7 @@ def features_and_logits(model: nn.Module, images: torch.Tensor, features: str = 
         for hook in hooks:
             hook.remove()
     if not logits:
-        size = FEATURES[features] * model.lstm.hidden_size
+        size = FEATURES[features] * model.cfg.state_size
         return torch.zeros(0, size), torch.zeros(0, model.fc.out_features)
     return torch.cat(feats), torch.cat(logits).cpu()
 
@@ -183,7 +184,7 @@ def calibrate(model: nn.Module, val_x: torch.Tensor, val_y: torch.Tensor, *, num
     The distance's threshold is the THRESHOLD_QUANTILE of the validation images' distances together with
     `familiar_x` (e.g. pen-stroke copies of validation digits: in-distribution inputs as users make them).
     Returns the Calibration and a summary for the report (T, validation NLL and ECE before -> after)."""
-    kind = features_for(model.lstm.hidden_size)
+    kind = features_for(model.cfg.hidden_size)
     val_features, val_logits = features_and_logits(model, val_x, kind)
     val_y = val_y.cpu().long()
     t = fit_temperature(val_logits, val_y)

@@ -17,7 +17,7 @@ from brnn_core.checkpoint import Checkpoint, load_checkpoint
 from brnn_core.data.canvas import deslant_for, prepare
 from brnn_core.inference.calibration import Calibration, features_and_logits
 from brnn_core.inference.explain import integrated_gradients, prefix_probabilities, randomized_copy, row_importance
-from brnn_core.inference.internals import Internals, lstm_internals
+from brnn_core.inference.internals import Internals, model_internals
 from brnn_core.model import mode
 
 
@@ -47,7 +47,7 @@ class Predictor:
         self.classes = checkpoint.classes
         self.deslant = deslant_for(self.classes)  # a drawn digit is straightened; a drawn shirt is not
         # None for an uploaded or older checkpoint: probabilities as the model gives them (T = 1), "uncalibrated"
-        self.calibration = Calibration.from_dict(checkpoint.calibration, checkpoint.model_config.hidden_size)
+        self.calibration = Calibration.from_dict(checkpoint.calibration, checkpoint.model_config.state_size)
         self.temperature = self.calibration.temperature if self.calibration is not None else 1.0
         self._random_twin: torch.nn.Module | None = None  # the sanity check's random-weights copy, made when asked
 
@@ -114,7 +114,7 @@ class Predictor:
         """h, c and the four gates of every layer and direction at each row (inference.internals); None when
         blank."""
         x = self.model_input(image)
-        return None if x is None else lstm_internals(self.model, x, rows)
+        return None if x is None else model_internals(self.model, x, rows)
 
     def row_importance(self, image: np.ndarray | torch.Tensor, target: int | None = None) -> np.ndarray | None:
         """(28,): the drop in class `target`'s calibrated probability (default: the predicted class) when each

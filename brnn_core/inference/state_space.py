@@ -1,8 +1,9 @@
 """The digit's path through state space, the training digits nearest to it, and LSTMVis-style matches.
 
 `TrainingStates.build` reads a sample of the checkpoint's training digits once: the last layer's h at every
-row (both directions), two principal components fitted on the forward h_t, each class's mean path, and each
-digit's final state (forward after the last row, backward after the first: what the bidir head reads). It is
+row (each direction the model has), two principal components fitted on the forward h_t, each class's mean path,
+and each digit's final state (forward after the last row, backward after the first: what the bidir head reads;
+a one-way model's state after the last row). It is
 kept beside the checkpoint (`<ckpt>.states.npz`, no pickle) and built in the background, never on a page rerun.
 """
 
@@ -38,8 +39,8 @@ class TrainingStates:
     indices: np.ndarray  # (N,) into the training split
     labels: np.ndarray  # (N,)
     images: np.ndarray  # (N, T, 28) uint8: the digits themselves, for thumbnails
-    h: np.ndarray  # (N, T, 2H) float16: the last layer's [forward | backward] h at every row
-    final: np.ndarray  # (N, 2H) float32: what the head reads
+    h: np.ndarray  # (N, T, D*H) float16: the last layer's [forward | backward] h at every row (D directions)
+    final: np.ndarray  # (N, D*H) float32: the states that have read the whole image
     pca_mean: np.ndarray  # (H,)
     pca_axes: np.ndarray  # (2, H)
     class_paths: np.ndarray  # (C, T, 2): each class's mean forward path in the two components
@@ -53,8 +54,8 @@ class TrainingStates:
         rng = np.random.default_rng(seed)
         indices = np.sort(rng.choice(len(images), size=min(sample, len(images)), replace=False))
         x = images[torch.from_numpy(indices)].float() / 255
-        h_all = hidden_states(model, x)  # (N, T, 2H)
-        hidden = h_all.shape[2] // 2
+        h_all = hidden_states(model, x)  # (N, T, D*H)
+        hidden = model.cfg.hidden_size
         forward = h_all[:, :, :hidden]
         flat = forward.reshape(-1, hidden)
         mean = flat.mean(dim=0)
@@ -64,7 +65,7 @@ class TrainingStates:
         y = labels[torch.from_numpy(indices)]
         class_paths = torch.stack([paths[y == c].mean(dim=0) if (y == c).any() else torch.full_like(paths[0], np.nan)
                                    for c in range(num_classes)])
-        final = final_state(h_all)
+        final = final_state(h_all, hidden)
         return cls(indices, y.numpy(), images[torch.from_numpy(indices)].numpy(), h_all.numpy().astype(np.float16),
                    final.numpy(), mean.numpy(), axes.numpy(), class_paths.numpy())
 
@@ -90,8 +91,12 @@ class TrainingStates:
         """(T, 2): a digit's forward h_t (T, H) in the two components."""
         return (np.asarray(h, dtype=np.float32) - self.pca_mean) @ self.pca_axes.T
 
+    @property
+    def hidden_size(self) -> int:
+        return self.pca_mean.shape[0]
+
     def neighbours(self, final: np.ndarray, k: int = 8) -> list[Neighbour]:
-        """The k training digits whose final state is nearest (Euclidean) to `final` (2H,)."""
+        """The k training digits whose final state is nearest (Euclidean) to `final` (D*H,)."""
         distance = np.linalg.norm(self.final - np.asarray(final, dtype=np.float32), axis=1)
         order = np.argsort(distance, kind="stable")[:k]
         return [Neighbour(int(self.indices[i]), int(self.labels[i]), float(distance[i])) for i in order]
@@ -102,7 +107,7 @@ class TrainingStates:
         drawn digit's values (T, H), and the k training digits whose same units are on there (Jaccard
         similarity of the two sets of on units): (units on, [(index, label, similarity)]). `theirs`: the
         training digits' same quantity (N, T, H) (`activations`); default the last layer's h in `direction`."""
-        hidden = self.h.shape[2] // 2
+        hidden = self.hidden_size
         if theirs is None:
             theirs = self.h[:, :, slice(0, hidden) if direction == "forward" else slice(hidden, 2 * hidden)]
         a, b = sorted(rows)
@@ -169,15 +174,14 @@ def load_activations(path: Path) -> np.ndarray | None:
 
 @torch.no_grad()
 def hidden_states(model: RecurrentClassifier, x: torch.Tensor) -> torch.Tensor:
-    """(N, T, 2H): the last layer's h at every row for images (N, T, 28) in [0, 1], as the model reads them."""
+    """(N, T, D*H): the last layer's h at every row for images (N, T, 28) in [0, 1], as the model reads them."""
     if model.cfg.input_scale == "standard":
         x = (x - PIXEL_MEAN) / PIXEL_STD
     with mode(model, False):
-        out, _ = model.lstm(x.to(next(model.parameters()).device))
+        out, _ = model.recurrent(x.to(next(model.parameters()).device))
     return out.float().cpu()
 
 
-def final_state(h: torch.Tensor) -> torch.Tensor:
-    """(N, 2H): forward h after the last row and backward h after the first, from (N, T, 2H)."""
-    hidden = h.shape[2] // 2
-    return torch.cat([h[:, -1, :hidden], h[:, 0, hidden:]], dim=1)
+def final_state(h: torch.Tensor, hidden: int) -> torch.Tensor:
+    """(N, D*H): forward h after the last row and, two-way, backward h after the first, from (N, T, D*H)."""
+    return torch.cat([h[:, -1, :hidden], h[:, 0, hidden:]], dim=1)  # one-way: the backward part is empty
