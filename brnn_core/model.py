@@ -25,7 +25,7 @@ PIXEL_MEAN, PIXEL_STD = 0.1307, 0.3081
 # The recurrent cells, each PyTorch's own module; "rnn" is Elman's (tanh). The module's attribute (and so its
 # parameters' prefix) is the cell's name: an LSTM's stay `lstm.*`, as in every checkpoint made before the others.
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}
-CELL_NAMES = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}
+CELL_TITLES = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}
 GATE_BLOCKS = {"lstm": 4, "gru": 3, "rnn": 1}  # rows of weight_ih per hidden unit: i,f,g,o / r,z,n / one
 
 
@@ -57,7 +57,7 @@ class ModelConfig:
 def network_name(cfg: Any) -> str:
     """What a page calls the network of `cfg` (a ModelConfig or TrainConfig): "two-way LSTM (BiLSTM)",
     "one-way GRU", ..."""
-    cell = CELL_NAMES.get(cfg.cell, str(cfg.cell))
+    cell = CELL_TITLES.get(cfg.cell, str(cfg.cell))
     return f"two-way {cell} (Bi{cell})" if cfg.bidirectional else f"one-way {cell}"
 
 

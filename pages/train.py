@@ -13,17 +13,20 @@ from brnn_core import charts
 from brnn_core.config import (
     AMP_MODES,
     AUGMENT_LEVELS,
+    CELL_NAMES,
     HEADS,
     LIVE_FIELDS,
     OPTIMIZERS,
     ConfigError,
     TrainConfig,
+    architecture,
     epochs_auto_label,
     resolve_augment,
+    resolve_head,
 )
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
 from brnn_core.devices import amp_auto_label, device_choices
-from brnn_core.model import INPUT_SCALES
+from brnn_core.model import CELL_TITLES, INPUT_SCALES, ModelConfig, network_name
 from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
 from brnn_core.runs.progress import lr_plan, progress_text
 from brnn_core.runs.protocol import STOP
@@ -51,8 +54,11 @@ from ui.state import SEEDS_KEY, form_key, form_now, form_seeds, seeds_text, trai
 from ui.warmup import predraw_progress
 
 runs_dir, data_dir = folders()
-st.title("Train a bidirectional LSTM")
-st.caption("Each 28×28 image is read row by row: 28 steps of 28 pixels, forwards and backwards.")
+form = train_form(data_dir)  # survives page changes; complete however another page filled it
+asked = TrainConfig(**{k: st.session_state.get(form_key(k), form[k]) for k in ("cell", "bidirectional")})
+st.title("Train a recurrent network")
+st.caption(f"The form trains a {network_name(asked)}: each 28×28 image is read row by row, 28 steps of 28 pixels, "
+           + ("top down and bottom up." if asked.bidirectional else "top down."))
 predraw_progress(data_dir)
 run = run_picker(runs_dir)
 status = run.status() if run else {}
@@ -62,7 +68,6 @@ show_flashes()
 
 # ------------------------------------------------------------------ the form
 defaults = TrainConfig(dataset=default_dataset(data_dir))
-form = train_form(data_dir)  # survives page changes; complete however another page filled it
 
 
 error_slots: dict = {}
@@ -118,10 +123,14 @@ with left:
               placeholder="runs/<id>/checkpoints/best.pt (empty: random weights)")
         field("my_drawings", st.number_input, label="My drawings share", step=0.05, format="%.2f")
     with st.expander("Model", expanded=not active):
-        for name, label in (("hidden_size", "Hidden size"), ("num_layers", "LSTM layers")):
+        field("cell", st.selectbox, label="Cell", options=list(CELL_NAMES), format_func=lambda c: CELL_TITLES[c])
+        field("bidirectional", st.toggle, label="Two-way (read bottom up too)")
+        for name, label in (("hidden_size", "Hidden size (per direction)"), ("num_layers", "Recurrent layers")):
             field(name, st.number_input, label=label, step=1)
         field("dropout", st.number_input, label="Dropout", step=0.05, format="%.2f")
-        field("head", st.selectbox, label="Head", options=HEADS)
+        field("head", st.selectbox, label="Head", options=HEADS,
+              format_func=lambda h: f"auto: {resolve_head(h, bool(form['bidirectional']))} for this direction"
+              if h == "auto" else h)
         field("input_scale", st.selectbox, label="Input scale", options=list(INPUT_SCALES))
     with st.expander("Optimisation", expanded=not active):
         field("optimizer", st.selectbox, label="Optimizer", options=OPTIMIZERS)
@@ -310,7 +319,9 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     s = live_run.status()
     if s.get("state") != seen_state:
         st.rerun()
-    st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`")
+    train = live_run.config().get("train") or {}
+    network = f" · {network_name(ModelConfig(**architecture(train)))}" if train else ""  # the run's, not the form's
+    st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`{network}")
     message = s.get("message") or ""
     slot = st.empty()  # always one element here: a changing element count leaves stale copies on screen
     if message and not (s.get("state") == State.RUNNING and message.startswith("epoch ")):  # the progress line has it
@@ -318,7 +329,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
                 State.QUEUED: slot.info}.get(s.get("state"), slot.caption)  # queued: where it stands in line
         kind(message)
     total = s.get("total_steps") or 0
-    batch = (live_run.config().get("train") or {}).get("batch_size")
+    batch = train.get("batch_size")
     st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0,
                 text=progress_text(s, batch) or ("waiting…" if s.get("state") in ACTIVE_STATES else "no step trained"))
     events = live_run.events()
