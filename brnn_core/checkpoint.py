@@ -216,7 +216,8 @@ def infer_model_config(state: dict[str, torch.Tensor], name: str = "state_dict")
     bidirectional = f"{cell}.weight_ih_l0_reverse" in state
     num_classes, fc_in = state["fc.weight"].shape
     if blocks != GATE_BLOCKS[cell] * hidden:
-        raise CheckpointError(f"{name}: {cell}.weight_ih_l0 has {blocks} rows; an {cell.upper()} of hidden size "
+        article = "a" if cell == "gru" else "an"
+        raise CheckpointError(f"{name}: {cell}.weight_ih_l0 has {blocks} rows; {article} {cell.upper()} of hidden size "
                               f"{hidden} has {GATE_BLOCKS[cell] * hidden}")
     if input_size != 28:
         raise CheckpointError(f"{name}: the {cell.upper()} reads rows of {input_size} pixels; this dashboard feeds 28")

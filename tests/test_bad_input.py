@@ -202,7 +202,8 @@ def test_a_bad_init_from_exits_2_before_any_run_is_created(kind, finished, runs_
     target, needles = {
         "not-a-checkpoint": ("/etc/passwd", ["--set init_from: /etc/passwd", "not a"]),
         "a-folder": ("/etc", ["init_from", "give the path of a .pt file"]),
-        "other-architecture": (finished.best_ckpt, ["is a hidden 16, 2-layer model", "hidden_size=16"]),
+        "other-architecture": (finished.best_ckpt, ["is a two-way LSTM (BiLSTM) of hidden 16, 2 layers",
+                                                    "hidden_size=16"]),
     }[kind]
     sets = [*TINY_SETS, "--set", f"init_from={target}"]
     if kind == "other-architecture":

@@ -113,11 +113,16 @@ def test_wrapped_and_data_parallel_state_dicts(tmp_path):
 
 def test_bare_state_dicts_that_are_not_the_blogs_model(tmp_path):
     uni = nn.Module()
-    uni.lstm = nn.LSTM(28, 8, 1, batch_first=True)
+    uni.lstm = nn.LSTM(28, 8, 1, batch_first=True)  # one-way: fc must read its 8 units, not 16
     uni.fc = nn.Linear(16, 10)
     torch.save(uni.state_dict(), tmp_path / "uni.pt")
-    with pytest.raises(CheckpointError, match="not bidirectional"):
+    with pytest.raises(CheckpointError, match="fc.weight takes 16 inputs but the LSTM gives 8"):
         load_checkpoint(tmp_path / "uni.pt")
+    uni.gru = nn.GRU(28, 8, 1, batch_first=True)  # a GRU's 3 blocks of weights under the LSTM's name
+    torch.save({"lstm.weight_ih_l0": uni.gru.weight_ih_l0, "lstm.weight_hh_l0": uni.gru.weight_hh_l0,
+                "fc.weight": torch.zeros(10, 8), "fc.bias": torch.zeros(10)}, tmp_path / "misnamed.pt")
+    with pytest.raises(CheckpointError, match="lstm.weight_ih_l0 has 24 rows; an LSTM of hidden size 8 has 32"):
+        load_checkpoint(tmp_path / "misnamed.pt")
     torch.save({"conv.weight": torch.zeros(3)}, tmp_path / "conv.pt")
     with pytest.raises(CheckpointError, match="missing lstm.weight_ih_l0.*found keys: conv.weight"):
         load_checkpoint(tmp_path / "conv.pt")

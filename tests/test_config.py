@@ -115,7 +115,7 @@ def test_wrong_types_are_reported_with_range_errors_together():
     assert errors["hidden_size"] == "expected a whole number, got '12.5'"
     assert errors["epochs"] == "expected a whole number, got True"
     assert "out of range" in errors["batch_size"]
-    assert errors["colour"].startswith("unknown field; known fields are: dataset, hidden_size")
+    assert errors["colour"].startswith("unknown field; known fields are: dataset, cell, bidirectional, hidden_size")
     assert set(errors) == {"lr", "hidden_size", "epochs", "batch_size", "colour"}
 
 
@@ -176,6 +176,41 @@ def test_cuda_on_a_machine_without_it():
     assert TrainConfig(device="cuda").validate(check_device=False).device == "cuda"
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+def test_cell_and_direction_with_the_head_auto_resolves_to(cell):
+    """head=auto resolves when validated, as epochs=0 does: bidir two-way, last one-way (the state after the last row
+    is the only one-way state that has read the whole image). An explicit head stays; bidir one-way is refused."""
+    two = TrainConfig.from_dict({"cell": cell}, check_device=False)
+    one = TrainConfig.from_dict({"cell": cell, "bidirectional": "no"}, check_device=False)
+    assert (two.cell, two.bidirectional, two.head) == (cell, True, "bidir")
+    assert (one.cell, one.bidirectional, one.head) == (cell, False, "last")
+    assert TrainConfig.from_dict({"cell": cell, "head": "last"}, check_device=False).head == "last"  # the blog's
+    with pytest.raises(ConfigError) as info:
+        TrainConfig.from_dict({"cell": cell, "bidirectional": False, "head": "bidir"}, check_device=False)
+    assert set(info.value.errors) == {"head"} and "set head=auto or head=last" in info.value.errors["head"]
+    assert TrainConfig().head == "auto" and TrainConfig().cell == "lstm" and TrainConfig().bidirectional is True
+
+
+def test_yes_or_no_is_read_from_every_way_a_form_or_command_line_writes_it():
+    for raw, wanted in [("true", True), ("False", False), (" YES ", True), ("no", False), ("1", True), ("0", False),
+                        (True, True), (False, False), (1, True), (0, False)]:
+        assert TrainConfig.from_dict({"bidirectional": raw}, check_device=False).bidirectional is wanted, raw
+    for raw in ("maybe", "", "2", 2, 0.5, "on"):
+        with pytest.raises(ConfigError) as info:
+            TrainConfig.from_dict({"bidirectional": raw}, check_device=False)
+        assert info.value.errors == {"bidirectional": f"expected true or false (also yes/no or 1/0), got {raw!r}"}
+    assert "bidirectional" in TrainConfig(bidirectional="yes").errors(check_device=False)  # unvalidated text
+
+
+def test_a_config_files_auto_head_follows_a_direction_set_on_top(tmp_path):
+    """--config then --set bidirectional=false: the file's head (auto) resolves for the one-way net, not before."""
+    config_file = tmp_path / "my.json"
+    config_file.write_text(json.dumps({"cell": "gru", "hidden_size": 8}))
+    cfg = load_train_config(config_file, ["bidirectional=false"], tmp_path / "data", check_device=False)
+    assert (cfg.cell, cfg.bidirectional, cfg.head, cfg.hidden_size) == ("gru", False, "last", 8)
+    assert new_run_config(cfg, tmp_path / "data")["train"]["head"] == "last"  # config.json records what was used
+
+
 def test_parse_set():
     assert parse_set(["lr=0.001", "hidden-size=64", " epochs =3", "dataset=", "note=a=b"]) == \
         {"lr": "0.001", "hidden_size": "64", "epochs": "3", "dataset": "", "note": "a=b"}
@@ -220,8 +255,8 @@ def test_from_file_with_bad_values_names_the_fields(tmp_path):
 
 
 def test_field_metadata_for_forms():
-    assert "hidden units" in TrainConfig.help_for("hidden_size")
-    assert TrainConfig.field_names()[:3] == ["dataset", "hidden_size", "num_layers"]
+    assert "hidden units" in TrainConfig.help_for("hidden_size").lower()
+    assert TrainConfig.field_names()[:5] == ["dataset", "cell", "bidirectional", "hidden_size", "num_layers"]
 
 
 # ------------------------------------------------------------------ bad values from the CLI and the form
@@ -252,7 +287,9 @@ BAD_VALUES = [
     ("seed", "-1", r"allowed 0 to"),
     ("dataset", "imagenet", r"not one of: mnist-sample, mnist, fashion-mnist"),
     ("optimizer", "rmsprop", r"not one of: adam, adamw, sgd"),
-    ("head", "middle", r"not one of: bidir, last"),
+    ("head", "middle", r"not one of: auto, bidir, last"),
+    ("cell", "tcn", r"'tcn' is not one of: lstm, gru, rnn"),
+    ("bidirectional", "maybe", r"expected true or false \(also yes/no or 1/0\), got 'maybe'"),
     ("amp", "fp8", r"not one of: auto, off, bf16, fp16"),
     ("device", "tpu", r"not a device; use auto, cpu, cuda, cuda:N or mps"),
     ("device", "cuda:x", r"GPU index must be a number"),
@@ -287,9 +324,16 @@ def test_cli_names_the_bad_field_and_what_is_allowed(capsys, tmp_path, name, val
 
 def test_cli_unknown_field_and_malformed_set(capsys, tmp_path):
     rc, text = _train_in_process(capsys, tmp_path, "colour=red")
-    assert rc == 2 and "colour: unknown field; known fields are: dataset, hidden_size" in text, text
+    assert rc == 2 and "colour: unknown field; known fields are: dataset, cell, bidirectional, hidden_size" in text
     rc, text = _train_in_process(capsys, tmp_path, "lr")
     assert rc == 2 and "expected key=value" in text, text
+
+
+def test_cli_refuses_the_bidir_head_on_a_one_way_net_naming_the_fix(capsys, tmp_path):
+    rc, text = _train_in_process(capsys, tmp_path, "bidirectional=false", "head=bidir", "hidden_size=8")
+    assert rc == 2 and "head: bidir reads the backward direction, which a one-way net (bidirectional=false) does not " \
+                       "have: set head=auto or head=last, or bidirectional=true" in text, text
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), "a run was created"
 
 
 @pytest.mark.worker

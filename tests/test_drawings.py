@@ -238,7 +238,8 @@ def test_init_from_another_architecture_fails_clearly(tmp_path, trained_ckpt):
     run, state = train_run(tmp_path / "runs", tmp_path / "data", hidden_size=16, epochs=1,
                            init_from=str(trained_ckpt))
     assert state == "failed"
-    assert "set hidden_size=32 num_layers=2 head=bidir input_scale=standard to match it" in run.status()["message"]
+    assert ("set cell=lstm bidirectional=true hidden_size=32 num_layers=2 head=bidir input_scale=standard to match it"
+            in run.status()["message"])
 
 
 def test_weights_that_trained_on_the_drawings_are_scored_on_the_held_out_ones(tmp_path, sample, trained_ckpt):

@@ -25,6 +25,24 @@ def test_listed_values_take_the_fields_type():
     grid = parse_spec("hidden-size", "grid:8,16", BASE)  # dashes read as underscores, like --set
     assert grid.key == "hidden_size" and grid.values == (8, 16)
     assert parse_spec("optimizer", "choice:adam,sgd", BASE).values == ("adam", "sgd")
+    assert parse_spec("cell", "choice:lstm,gru,rnn", BASE).values == ("lstm", "gru", "rnn")
+    assert parse_spec("bidirectional", "grid:true, no", BASE).values == (True, False)
+
+
+def test_a_searched_direction_gives_each_trial_its_own_head(tmp_path):
+    """The base keeps head=auto unless it was set, so a one-way trial reads its last row and a two-way one both
+    ends; an explicit head=bidir cannot be searched one-way and says so before Ray starts."""
+    sets = ["epochs=2", "device=cpu", "hidden_size=8"]
+    plan = plan_sweep(SweepRequest(search=["bidirectional=choice:true,false", "cell=choice:gru,rnn"], sets=sets),
+                      tmp_path / "runs", tmp_path / "data")
+    assert plan.base["head"] == "auto" and {s.key: s.values for s in plan.specs} == {
+        "bidirectional": (True, False), "cell": ("gru", "rnn")}
+    one_way = TrainConfig.from_dict({**plan.base, "bidirectional": False, "cell": "rnn"}, check_device=False)
+    assert one_way.head == "last"  # as trial.plan_start builds each trial's config
+    with pytest.raises(SweepError, match="--search bidirectional: 'false' is not a valid bidirectional: bidir reads "
+                                         "the backward direction"):
+        plan_sweep(SweepRequest(search=["bidirectional=choice:true,false"], sets=[*sets, "head=bidir"]),
+                   tmp_path / "runs", tmp_path / "data")
 
 
 def test_ranges():
@@ -51,6 +69,10 @@ def test_ranges():
     ("hidden_size", "uniform:8:32", ["hidden_size", "whole number", "randint"]),
     ("lr", "randint:1:3", ["lr", "decimal", "uniform"]),
     ("optimizer", "uniform:0:1", ["optimizer", "text", "choice"]),
+    ("cell", "choice:lstm,tcn", ["'tcn'", "cell", "lstm, gru, rnn"]),
+    ("bidirectional", "choice:true,maybe", ["'maybe'", "bidirectional", "true or false"]),
+    ("bidirectional", "grid:true,yes", ["twice"]),
+    ("bidirectional", "uniform:0:1", ["bidirectional", "true or false: use choice"]),
     ("num_layers", "randint:1:9", ["num_layers", "'9'", "out of range"]),
     ("dataset", "choice:mnist,cifar", ["'cifar'", "dataset"]),
     ("device", "choice:cpu,cuda", ["device", "--set device=", "--gpus-per-trial"]),
@@ -343,9 +365,13 @@ def test_a_starting_checkpoint_is_checked_once_before_any_trial(tmp_path):
     fits = ["epochs=3", "device=cpu", "hidden_size=8", "num_layers=1", f"init_from={ckpt}"]
     request = SweepRequest(search=["lr=choice:0.1,0.01"], sets=fits)
     assert plan_sweep(request, tmp_path / "runs", tmp_path / "data").base["init_from"] == str(ckpt)
-    with pytest.raises(SweepError, match="hidden 8, 1-layer.*set hidden_size=8"):
+    with pytest.raises(SweepError, match="of hidden 8, 1 layers.*set cell=lstm bidirectional=true hidden_size=8"):
         plan_sweep(SweepRequest(search=["lr=choice:0.1,0.01"], sets=fits[:2] + fits[4:]), tmp_path / "runs",
                    tmp_path / "data")
     with pytest.raises(SweepError, match="--search hidden_size with init_from"):
         plan_sweep(SweepRequest(search=["hidden_size=choice:8,16"], sets=fits), tmp_path / "runs", tmp_path / "data")
+    for search in ("cell=choice:lstm,gru,rnn", "bidirectional=choice:true,false"):  # the weights fix these too
+        with pytest.raises(SweepError, match=f"--search {search.partition('=')[0]} with init_from: every trial starts "
+                                             "from that checkpoint"):
+            plan_sweep(SweepRequest(search=[search], sets=fits), tmp_path / "runs", tmp_path / "data")
     assert not (tmp_path / "runs").exists()  # refused before anything was written

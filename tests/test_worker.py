@@ -189,9 +189,10 @@ def last_pt_of_another_architecture(runs_dir: Path, finished: Run) -> tuple[Run,
 def init_from_another_architecture(runs_dir: Path, finished: Run) -> tuple[Run, dict, str]:
     path = finished.best_ckpt  # hidden 16, 2 layers
     return tiny(runs_dir, init_from=str(path)), {}, \
-        f"init_from {path} is a hidden 16, 2-layer model with head bidir and input_scale standard; this run asks " \
-        "for hidden 8, 1 layers, head bidir, input_scale standard: set hidden_size=16 num_layers=2 head=bidir " \
-        "input_scale=standard to match it"
+        f"init_from {path} is a two-way LSTM (BiLSTM) of hidden 16, 2 layers with head bidir and input_scale " \
+        "standard; this run asks for a two-way LSTM (BiLSTM) of hidden 8, 1 layers, head bidir, input_scale " \
+        "standard: set cell=lstm bidirectional=true hidden_size=16 num_layers=2 head=bidir input_scale=standard " \
+        "to match it"
 
 
 def branch_without_its_start(runs_dir: Path, finished: Run) -> tuple[Run, dict, str]:
