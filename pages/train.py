@@ -125,7 +125,7 @@ with left:
     with st.expander("Model", expanded=not active):
         field("cell", st.selectbox, label="Cell", options=list(CELL_NAMES), format_func=lambda c: CELL_TITLES[c])
         field("bidirectional", st.toggle, label="Two-way (read bottom up too)")
-        for name, label in (("hidden_size", "Hidden size (per direction)"), ("num_layers", "Recurrent layers")):
+        for name, label in (("hidden_size", "Hidden size"), ("num_layers", "Recurrent layers")):
             field(name, st.number_input, label=label, step=1)
         field("dropout", st.number_input, label="Dropout", step=0.05, format="%.2f")
         field("head", st.selectbox, label="Head", options=HEADS,

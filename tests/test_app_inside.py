@@ -4,6 +4,8 @@ attribution from each baseline and the random-weights sanity check."""
 
 from __future__ import annotations
 
+import json
+
 from helpers import build_app, no_exception, wait_for
 
 from brnn_core.inference.state_space import activations_path, states_path
@@ -21,6 +23,40 @@ def panel(checkpoint: str, digit: list, data_dir: str) -> None:
     predictor = Predictor.from_checkpoint(checkpoint)
     x = np.asarray(digit, dtype=np.float32)
     inside_panel(predictor, x, int(np.argmax(predictor.predict(x))), checkpoint, Path(data_dir))
+
+
+def test_inside_a_one_way_gru(gru_one_way, sample, tmp_path):
+    """A GRU's own quantities with a sentence each, one direction and no direction to pick, its path and matches."""
+    digit = (sample.test_x[1].float() / 255).tolist()
+    checkpoint = tmp_path / "best.pt"
+    checkpoint.write_bytes(gru_one_way.best_ckpt.read_bytes())
+    at = build_app(function=panel, args=(str(checkpoint), digit, str(tmp_path / "data")))
+    at.run()
+    assert at.expander[0].label.startswith("Inside the one-way GRU: gates and states row by row")
+    at.session_state["inside_open"] = True
+    at.session_state["inside_quantity"] = "forget"  # picked on an LSTM before: a GRU has none
+    at.session_state["inside_direction"] = "backward"
+    at.run()
+    no_exception(at)
+    quantity = at.selectbox(key="inside_quantity")
+    assert quantity.value == "h" and quantity.options == ["hidden state h", "reset gate r", "update gate z", "candidate n"]
+    assert not [s for s in at.selectbox if s.key == "inside_direction"]  # one-way: nothing to pick
+    assert any(c.value.startswith("Direction: forward (one-way") for c in at.caption)
+    assert any("a one-way net has only this direction" in c.value for c in at.caption)
+    for name, words in (("update", "How much of the previous state is kept"), ("reset", "made from this row alone"),
+                        ("candidate", "The new state each row proposes")):
+        at.selectbox(key="inside_quantity").select(name).run()
+        no_exception(at, name)
+        assert any(words in c.value for c in at.caption), name
+        titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+        assert f"{name} · layer 2, forward" in titles, titles
+    wait_for(lambda: states_path(checkpoint).is_file() and not states_builder().jobs.pending(), 120,
+             "the training states beside the checkpoint")
+    at.selectbox(key="inside_quantity").select("h").run()
+    no_exception(at)
+    assert any("Nearest training digits by the state that has read the whole digit (forward after the last row):"
+               == c.value for c in at.caption)
+    assert len(at.get("plotly_chart")) == 3  # heatmap, rows that mattered, the path
 
 
 def test_inside_the_lstm(finished, sample, tmp_path):

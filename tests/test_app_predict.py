@@ -41,12 +41,22 @@ def test_checkpoint_picker_lists_best_and_last(dirs, finished):
     assert any(c.value.startswith(f"{short_id(run.id)} · best.pt · val acc ") for c in at.sidebar.caption)
     assert picker.value == str(run.best_ckpt)
     assert any(option.startswith(f"{picker_id(run.id)} · last") for option in picker.options)
-    assert any("BiLSTM hidden 16, 2 layers, head bidir, 10 classes" in c.value for c in at.sidebar.caption)
+    assert any("two-way LSTM (BiLSTM), hidden 16, 2 layers, head bidir, 10 classes" in c.value
+               for c in at.sidebar.caption)
     assert any("Draw a digit on the canvas" in i.value for i in at.info)  # nothing drawn yet
     # Switching to last.pt loads it without trouble.
     picker.select(str(run.last_ckpt)).run()
     no_exception(at)
     assert at.sidebar.selectbox(key="ckpt_choice").value == str(run.last_ckpt)
+
+
+def test_a_gru_checkpoint_is_named_as_the_network_it_is(dirs, gru_one_way):
+    runs_dir, _ = dirs
+    copy_run(gru_one_way, runs_dir)
+    at = predict_page()
+    no_exception(at)
+    assert any("one-way GRU, hidden 8, 2 layers, head last, 10 classes" in c.value for c in at.sidebar.caption)
+    assert not any("LSTM" in c.value for c in at.sidebar.caption)
 
 
 def test_damaged_checkpoint_shows_an_error_not_a_traceback(dirs, finished):

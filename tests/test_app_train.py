@@ -33,7 +33,8 @@ def buttons(at: AppTest) -> dict[str, bool]:
 def test_renders_with_no_runs(dirs):
     at = app()
     no_exception(at)
-    assert at.title[0].value == "Train a bidirectional LSTM"
+    assert at.title[0].value == "Train a recurrent network"
+    assert any("The form trains a two-way LSTM (BiLSTM)" in c.value for c in at.caption)
     assert any("No runs yet" in i.value for i in at.info)
     assert buttons(at) == {"Start training": True, "Pause": False, "Resume": False, "Stop": False}
 
@@ -47,7 +48,8 @@ def test_form_shows_the_blog_defaults(dirs):
     assert values["w_lr"] == pytest.approx(0.01)
     assert values["w_epochs"] == 0  # auto: the dataset's number (config.EPOCHS_AUTO) once the run is made
     assert at.selectbox(key="w_optimizer").value == "adam"
-    assert at.selectbox(key="w_head").value == "bidir"
+    assert at.selectbox(key="w_head").value == "auto"  # bidir for this two-way net, once the run is made
+    assert at.selectbox(key="w_cell").value == "lstm" and at.toggle(key="w_bidirectional").value is True
     assert at.selectbox(key="w_dataset").value == "mnist-sample"  # no full MNIST in the empty data folder
 
 
@@ -289,6 +291,29 @@ def test_start_uses_values_changed_in_the_same_rerun(dirs):
     run = list_runs(runs_dir)[0]
     assert run.config()["train"]["hidden_size"] == 16
     assert run.config()["train"]["epochs"] == 7
+
+
+def test_the_form_trains_the_cell_and_direction_picked(dirs):
+    """Model section: a one-way GRU, its head named for it; bidir is refused inline for it; the run records both."""
+    runs_dir, _ = dirs
+    at = app()
+    at.selectbox(key="w_cell").select("gru")
+    at.toggle(key="w_bidirectional").set_value(False).run()
+    no_exception(at)
+    assert any("The form trains a one-way GRU: each 28×28 image is read row by row" in c.value and
+               c.value.endswith("top down.") for c in at.caption)
+    head = at.selectbox(key="w_head")
+    assert head.options[head.index] == "auto: last for this direction"
+    head.select("bidir").run()
+    assert "set head=auto or head=last, or bidirectional=true" in inline_error_after(at, "Head")
+    assert buttons(at)["Start training"] is False
+    at.selectbox(key="w_head").select("auto").run()
+    assert inline_error_after(at, "Head") is None
+    at.number_input(key="w_hidden_size").set_value(8)
+    start_button(at).click().run()
+    no_exception(at)
+    train = list_runs(runs_dir)[0].config()["train"]
+    assert (train["cell"], train["bidirectional"], train["head"], train["hidden_size"]) == ("gru", False, "last", 8)
 
 
 def test_fine_tune_fields_validate_inline(dirs, finished, tmp_path):
