@@ -54,8 +54,8 @@ def test_inside_a_one_way_gru(gru_one_way, sample, tmp_path):
              "the training states beside the checkpoint")
     at.selectbox(key="inside_quantity").select("h").run()
     no_exception(at)
-    assert any("Nearest training digits by the state that has read the whole digit (forward after the last row):"
-               == c.value for c in at.caption)
+    assert any(c.value
+               == "Nearest training digits by the state that has read the whole digit (forward after the last row):" for c in at.caption)
     assert len(at.get("plotly_chart")) == 3  # heatmap, rows that mattered, the path
 
 

@@ -29,7 +29,7 @@ def test_a_training_digits_nearest_neighbour_is_itself(built, sample):
     _, states, model = built
     index = int(states.indices[7])
     x = sample.train_x[index][None].float() / 255
-    final = final_state(hidden_states(model, x))[0].numpy()
+    final = final_state(hidden_states(model, x), model.cfg.hidden_size)[0].numpy()
     (nearest, *others) = states.neighbours(final, k=5)
     assert nearest.index == index and nearest.label == int(sample.train_y[index])
     assert nearest.distance == pytest.approx(0.0, abs=1e-4)
@@ -81,7 +81,7 @@ def test_a_checkpoint_without_its_dataset_is_refused(tmp_path, finished):
 
 
 def test_matches_on_another_layer_and_quantity(built, sample):
-    from brnn_core.inference.internals import lstm_internals
+    from brnn_core.inference.internals import model_internals
     from brnn_core.inference.state_space import activations_path, build_activations, load_activations
 
     checkpoint, states, model = built
@@ -90,6 +90,6 @@ def test_matches_on_another_layer_and_quantity(built, sample):
     np.testing.assert_array_equal(load_activations(activations_path(checkpoint, 0, "backward", "forget")), values)
     assert values.shape[:2] == (len(states.indices), 28) and ((values >= 0) & (values <= 1)).all()  # a gate
     index = int(states.indices[5])
-    mine = lstm_internals(model, sample.train_x[index].float() / 255).layers[0]["backward"].forget.numpy()
+    mine = model_internals(model, sample.train_x[index].float() / 255).layers[0]["backward"].get("forget").numpy()
     units, found = states.matches(mine, "backward", (5, 20), threshold=0.5, theirs=values)
     assert len(units) and found[0][0] == index and found[0][2] == pytest.approx(1.0)

@@ -57,7 +57,8 @@ def group_summary(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for group, runs in table.groupby("group", sort=False):
         row = {"group": group, "n": len(runs), "runs": " ".join(runs["run_id"]),
-               **{name: runs[name].iloc[0] for name in ("dataset", "cell", "bidirectional", "hidden", "lr")}}
+               **{name: runs[name].iloc[0] for name in ("dataset", "cell", "bidirectional", "hidden", "lr")
+                  if name in runs}}
         for metric in GROUP_METRICS:
             summary = spread(runs[metric])
             row[f"{metric}_mean"], row[f"{metric}_std"] = summary.mean, summary.std
