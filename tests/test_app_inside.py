@@ -39,7 +39,8 @@ def test_inside_a_one_way_gru(gru_one_way, sample, tmp_path):
     at.run()
     no_exception(at)
     quantity = at.selectbox(key="inside_quantity")
-    assert quantity.value == "h" and quantity.options == ["hidden state h", "reset gate r", "update gate z", "candidate n"]
+    assert quantity.value == "h"
+    assert quantity.options == ["hidden state h", "reset gate r", "update gate z", "candidate n"]
     assert not [s for s in at.selectbox if s.key == "inside_direction"]  # one-way: nothing to pick
     assert any(c.value.startswith("Direction: forward (one-way") for c in at.caption)
     assert any("a one-way net has only this direction" in c.value for c in at.caption)
@@ -54,8 +55,8 @@ def test_inside_a_one_way_gru(gru_one_way, sample, tmp_path):
              "the training states beside the checkpoint")
     at.selectbox(key="inside_quantity").select("h").run()
     no_exception(at)
-    assert any(c.value
-               == "Nearest training digits by the state that has read the whole digit (forward after the last row):" for c in at.caption)
+    near = "Nearest training digits by the state that has read the whole digit (forward after the last row):"
+    assert near in [c.value for c in at.caption]
     assert len(at.get("plotly_chart")) == 3  # heatmap, rows that mattered, the path
 
 

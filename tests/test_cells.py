@@ -48,7 +48,8 @@ def logits(model: nn.Module, x: torch.Tensor, lengths: torch.Tensor | None = Non
 def test_each_cell_is_pytorchs_own_module_named_after_it(cell, bidirectional):
     model = model_of(cell, bidirectional)
     module = model.recurrent
-    assert type(module) is {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[cell] and module.bidirectional is bidirectional
+    assert type(module) is {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[cell]
+    assert module.bidirectional is bidirectional
     assert getattr(model, cell) is module and set(dict(model.named_children())) == {cell, "fc"}
     names = set(model.state_dict())
     assert f"{cell}.weight_ih_l1" in names and (f"{cell}.weight_ih_l0_reverse" in names) is bidirectional
