@@ -35,6 +35,12 @@ def test_teach_config_keeps_the_checkpoint_and_its_validation_split(tmp_path, fi
     assert teach_config(finished.best_ckpt, tmp_path, epochs=1).epochs == 1
 
 
+def test_teach_config_keeps_the_checkpoints_cell_and_direction(tmp_path, gru_one_way, sample):
+    saved_drawings(tmp_path, sample)
+    cfg = teach_config(gru_one_way.best_ckpt, tmp_path)
+    assert (cfg.cell, cfg.bidirectional, cfg.head, cfg.hidden_size) == ("gru", False, "last", 8)
+
+
 def test_too_few_drawings_say_how_many_to_save(tmp_path, finished, sample):
     saved_drawings(tmp_path, sample, MIN_FOR_ACCURACY - 1)
     with pytest.raises(TeachError, match=f"save at least {MIN_FOR_ACCURACY}"):

@@ -1,4 +1,4 @@
-"""Looking inside the BiLSTM: what it thinks after each row, and which pixels pushed its answer.
+"""Looking inside the network: what it thinks after each row, and which pixels pushed its answer.
 
 `prefix_probabilities` runs the model on the first t+1 rows, for every t at once (one packed batch).
 `integrated_gradients` is captum's, from a baseline (black by default; `row_importance` blanks whole rows). Its
