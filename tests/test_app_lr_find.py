@@ -16,7 +16,7 @@ def test_find_a_learning_rate_and_use_it(dirs, monkeypatch, idx_data):
     runs_dir, _ = dirs
     monkeypatch.setenv("BRNN_DATA_DIR", str(idx_data))  # mnist as IDX files: the test loads in milliseconds
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    at = open_page("pages/train.py", "Train a bidirectional LSTM")
+    at = open_page("pages/train.py", "Train a recurrent network")
     for name, value in (("hidden_size", 16), ("num_layers", 1), ("cpu_threads", 1)):
         at.number_input(key=f"w_{name}").set_value(value)
     at.run()

@@ -18,7 +18,7 @@ from brnn_core.runs import queue
 from brnn_core.runs.rundir import list_runs
 from brnn_core.sweep.records import BEST_CONFIG, Sweep, sweeps_dir
 
-PAGES = {"pages/train.py": "Train a bidirectional LSTM", "pages/predict.py": "Draw a digit",
+PAGES = {"pages/train.py": "Train a recurrent network", "pages/predict.py": "Draw a digit",
          "pages/runs.py": "Runs", "pages/sweep.py": "Sweep hyperparameters"}
 SWEEP_ID = "20261202-090000-sweep-feed"
 
@@ -153,7 +153,7 @@ def test_an_upload_that_is_no_checkpoint_names_the_users_file(dirs, finished):
     at.sidebar.file_uploader[0].set_value(("good.pt", finished.best_ckpt.read_bytes(), "application/octet-stream"))
     at.run()
     no_exception(at)
-    assert not at.error and any("BiLSTM hidden 16" in c.value for c in at.sidebar.caption)
+    assert not at.error and any("two-way LSTM (BiLSTM), hidden 16" in c.value for c in at.sidebar.caption)
     at.sidebar.file_uploader[0].set_value(None).run()
     assert not at.sidebar.selectbox(key="ckpt_choice").disabled
     assert not any("Using your file" in c.value for c in at.sidebar.caption)

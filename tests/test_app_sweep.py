@@ -166,7 +166,7 @@ def test_train_with_these_settings_fills_the_train_page(dirs):
     no_exception(at)
     next(b for b in at.button if b.label == "Train with these settings").click().run()
     no_exception(at)
-    assert at.title[0].value == "Train a bidirectional LSTM"  # the button went to the Train page
+    assert at.title[0].value == "Train a recurrent network"  # the button went to the Train page
     form = at.session_state["form"]
     assert (form["lr"], form["hidden_size"], form["epochs"], form["lr_schedule"]) == (0.0042, 64, 3, "constant")
     assert at.number_input(key="w_lr").value == 0.0042 and at.number_input(key="w_hidden_size").value == 64

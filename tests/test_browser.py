@@ -288,7 +288,7 @@ def test_predict_shows_how_the_model_reads_and_saves_the_drawing(dashboard, fini
     """Continues on the drawn 7: the row-by-row heatmap, the attribution overlay, then saving it as a 7."""
     from brnn_core.charts import ATTRIBUTION_TITLE, READING_TITLE
 
-    expect(page.get_by_text("How the BiLSTM reads your digit").first).to_be_visible()
+    expect(page.get_by_text("How the two-way LSTM (BiLSTM) reads your digit").first).to_be_visible()
     page.wait_for_function(f"() => ({PLOT_JS})({READING_TITLE!r}) && ({PLOT_JS})({ATTRIBUTION_TITLE!r})", timeout=T)
     reading = plot_info(page, READING_TITLE)
     # The 28x28 image and, beside it, 28 rows (one per image row) x 10 classes.

@@ -24,7 +24,7 @@ T = 90_000  # ms
 @pytest.mark.parametrize(("path", "heading", "text"), [
     ("/predict", "Draw a digit", "No checkpoint yet"),
     ("/runs", "Runs", "No runs yet"),
-    ("/", "Train a bidirectional LSTM", "No runs yet"),
+    ("/", "Train a recurrent network", "No runs yet"),
 ])
 def test_first_request_to_a_fresh_server_shows_that_page(tmp_path, path, heading, text):
     server = start_server(tmp_path / "runs", tmp_path / "data", tmp_path / "server.log")

@@ -258,7 +258,7 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
     best = Run(runs / sweep.info()["best"]["run_id"])
 
     page.get_by_role("button", name="Train with these settings").click()
-    expect(page.get_by_role("heading", name="Train a bidirectional LSTM")).to_be_visible()
+    expect(page.get_by_role("heading", name="Train a recurrent network")).to_be_visible()
     no_exception(page, "Train with these settings")
     expect(page.get_by_role("spinbutton", name="Hidden size")).to_have_value("8")
     expect(page.get_by_role("spinbutton", name="Learning rate")).to_have_value(
@@ -269,7 +269,7 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
     picker = page.get_by_role("combobox", name="Run checkpoint")
     time = best.id.split("-")[1]
     expect(picker).to_have_value(re.compile(rf"^{time[:2]}:{time[2:4]}:{time[4:]} .* · best"))
-    expect(page.get_by_text("BiLSTM hidden 8, 1 layers").first).to_be_visible()  # the model predicting is it
+    expect(page.get_by_text("two-way LSTM (BiLSTM), hidden 8, 1 layers").first).to_be_visible()  # the one predicting
 
 
 @pytest.mark.parametrize("path", ["/sweep", "/predict", "/runs", "/"])
