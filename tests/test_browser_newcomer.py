@@ -241,7 +241,7 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
     page.get_by_text("Resources").click()
     no_cut_labels(page, "Sweep, resources")
     page.get_by_text("Base settings").click()
-    for label, value in (("Epochs", "1"), ("Hidden size", "8"), ("LSTM layers", "1")):
+    for label, value in (("Epochs", "1"), ("Hidden size", "8"), ("Recurrent layers", "1")):
         enter(page.get_by_label(label, exact=True), value)
         expect(page.get_by_label(label, exact=True)).to_have_value(value)
     enter(page.get_by_role("textbox", name="lr", exact=True), "grid:0.01,0.003")

@@ -75,7 +75,7 @@ def test_start_a_sweep_and_watch_it_fill(server, page):
     page.goto(f"{srv.url}/sweep")
     expect(page.get_by_text("Sweep hyperparameters")).to_be_visible()
     page.get_by_text("Base settings").click()
-    for label, value in (("Epochs", "2"), ("Hidden size", "8"), ("LSTM layers", "1")):
+    for label, value in (("Epochs", "2"), ("Hidden size", "8"), ("Recurrent layers", "1")):
         enter(page.get_by_label(label, exact=True), value)
         expect(page.get_by_label(label, exact=True)).to_have_value(value)
     spec = page.get_by_role("textbox", name="lr", exact=True)
