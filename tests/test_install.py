@@ -96,6 +96,8 @@ def test_brnn_trains_from_any_folder(installed, outside):
     (run,) = [p for p in (cwd / "runs").iterdir() if (p / "status.json").is_file()]
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
     assert (run / "checkpoints" / "best.pt").is_file()
+    environment = json.loads((run / "environment.json").read_text())  # installed: no checkout, no commit
+    assert "git" not in environment and environment["packages"]["brnn-dashboard"] == "0.1.0"
 
 
 def test_the_installed_job_registry_starts_its_worker_in_the_callers_folder(installed, outside):

@@ -6,41 +6,16 @@ result file (the suite's and the scripts' in benchmarks/) carries this descripti
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psutil
 import torch
 import torchvision
 
 from brnn_core import __version__
-
-
-def cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    if sys.platform == "darwin":
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                                  timeout=5).stdout.strip()
-    return platform.processor() or platform.machine()
-
-
-def git_commit() -> str | None:
-    """HEAD of the source tree, read without writing anything."""
-    root = Path(__file__).resolve().parents[2]  # the checkout brnn_core/ sits in
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        return out.stdout.strip() or None
-    return None
+from brnn_core.environment import cpu_model, git_commit
 
 
 def machine_info(device: torch.device) -> dict:
@@ -62,7 +37,7 @@ def machine_info(device: torch.device) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "brnn_core": __version__,
-        "git_commit": git_commit(),
+        "git_commit": git_commit(short=True),
         "torchvision": torchvision.__version__,
     }
     if hasattr(os, "getloadavg"):

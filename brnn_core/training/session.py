@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from brnn_core import environment
 from brnn_core.checkpoint import CheckpointError, load_checkpoint
 from brnn_core.config import (
     LIVE_FIELDS,
@@ -433,6 +434,7 @@ def open_session(run: Run, data_dir: Path, *, resume: bool, printer: Printer,
     config = run.config()
     cfg = run_config(run)
     device = prepare_device(dataclasses.replace(cfg, device=device) if device else cfg)
+    environment.record(run, device)  # environment.json: the code, packages and machine of this start
     cfg = cfg.replace(amp=run_amp(cfg.amp, config.get("amp"), device))  # auto: as it first resolved
     keeper = ThreadKeeper(cfg.cpu_threads, on_change=lambda step, plan: run.log_event(
         "threads", f"now {plan.threads} CPU thread(s): {plan.why}", step=step)) if device.type == "cpu" else None
