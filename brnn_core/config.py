@@ -49,7 +49,9 @@ LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
 # What a run made before a setting existed trained with (its config.json lacks the key): it resumes, and its
 # live values read, as it was; the one home of these (the worker's config, the page's live values).
 PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0,
-                "amp": "off"}
+                "amp": "off", "tensorboard": False}
+# Fields that change what a run records, not how it trains: runs that differ only in them are one seed group.
+RECORDING_FIELDS = ("tensorboard",)
 
 
 class ConfigError(ValueError):
@@ -155,6 +157,9 @@ class TrainConfig:
     init_from: str = field(default="", metadata={
         "help": "Checkpoint file to start the weights from (fine-tuning), e.g. runs/<id>/checkpoints/best.pt; "
                 "empty = random weights. Cell, direction, hidden size, layers and head must match it."})
+    tensorboard: bool = field(default=True, metadata={
+        "help": "Also write TensorBoard event files into the run's folder while it trains (tensorboard --logdir "
+                "runs shows every run live); false: only the run's own files."})
 
     # ----------------------------------------------------------------- helpers
     @classmethod

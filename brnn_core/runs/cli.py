@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from brnn_core.runs import tensorboard_log
 from brnn_core.runs.export import group_summary, long_table, write_table
 from brnn_core.runs.filter import FilterError, filter_table
 from brnn_core.runs.index import RunIndex
@@ -16,6 +17,7 @@ from brnn_core.runs.retention import DEFAULT_PER, METRICS, PER, apply_prune, pla
 from brnn_core.runs.rundir import RunError, default_runs_dir, resolve_run
 
 FORMATS = ("table", "csv", "json")
+EXPORT_FORMATS = ("csv", "parquet", "tensorboard")
 TABLE_COLUMNS = ["run_id", "state", "dataset", "cell", "bidirectional", "hidden", "layers", "lr", "epochs",
                  "best_val_acc", "test_acc"]
 
@@ -42,8 +44,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     note.add_argument("text")
     note.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
     note.set_defaults(func=cmd_note)
-    export = what.add_parser("export", help="every metrics row of the selected runs as one CSV or Parquet table")
-    export.add_argument("--out", required=True, type=Path, help="FILE.csv or FILE.parquet")
+    export = what.add_parser("export", help="every metrics row of the selected runs as one CSV or Parquet table, "
+                                            "or TensorBoard event files for runs made without them")
+    export.add_argument("--format", choices=EXPORT_FORMATS, default=None,
+                        help="csv or parquet (default: by --out's suffix), or tensorboard: event files in each run's "
+                             "folder that has none, so `tensorboard --logdir RUNS_DIR` shows it")
+    export.add_argument("--out", type=Path, default=None,
+                        help="FILE.csv or FILE.parquet; with --format tensorboard a folder to write OUT/<run id>/ "
+                             "in instead of the runs' own folders")
     export.add_argument("--filter", default="", metavar="EXPR", help="which runs (as runs list --filter)")
     export.add_argument("--runs-dir", default=None, help="default: $BRNN_RUNS_DIR or ./runs")
     export.set_defaults(func=cmd_export)
@@ -69,12 +77,35 @@ def selected(runs_dir, text: str):
 
 def cmd_export(args) -> int:
     runs_dir = args.runs_dir or default_runs_dir()
-    if args.out.suffix.lower() not in (".csv", ".parquet"):
-        raise RunError(f"--out {args.out}: name a .csv or .parquet file")
+    if args.format == "tensorboard":
+        return export_tensorboard(runs_dir, args)
+    if args.out is None:
+        raise RunError("--out FILE.csv or FILE.parquet: where to write the table (or --format tensorboard)")
+    if args.out.suffix.lower() not in (".csv", ".parquet") or args.format not in (None, args.out.suffix[1:].lower()):
+        raise RunError(f"--out {args.out}: name a .csv or .parquet file" +
+                       (f" (--format {args.format} writes .{args.format})" if args.format else ""))
     table = selected(runs_dir, args.filter)
     frame = long_table(runs_dir, table)
     write_table(frame, args.out)
     print(f"{len(frame):,} metrics rows of {len(table):,} runs -> {args.out}")
+    return 0
+
+
+def export_tensorboard(runs_dir, args) -> int:
+    """`runs export --format tensorboard`: event files for the selected runs made without them."""
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise RunError(f"--out {args.out} is a file; with --format tensorboard give a folder (or leave --out out "
+                       "to write into each run's own folder)")
+    table = selected(runs_dir, args.filter)
+    try:
+        done = tensorboard_log.export_runs(runs_dir, list(table["run_id"]), args.out)
+    except tensorboard_log.TensorBoardMissing as exc:
+        raise RunError(str(exc)) from None
+    for run_id, outcome in done:
+        print(f"{run_id}: {outcome}")
+    written = sum(outcome.startswith("written") for _, outcome in done)
+    print(f"TensorBoard files for {written} of {len(done)} runs; see them with: tensorboard --logdir "
+          f"{args.out or runs_dir}")
     return 0
 
 

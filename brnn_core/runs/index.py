@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from brnn_core.config import architecture
+from brnn_core.config import RECORDING_FIELDS, architecture
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
 from brnn_core.runs.notes import NOTES_NAME, read_notes
@@ -130,8 +130,9 @@ def val_summary(lines: list[str]) -> ValSummary:
 
 
 def seed_group(train: dict) -> str:
-    """The id shared by runs whose training settings differ only in `seed`: 8 hex digits of their hash."""
-    settings = {k: v for k, v in (train or {}).items() if k != "seed"}
+    """The id shared by runs whose training settings differ only in `seed` (or in what they record, such as
+    TensorBoard files): 8 hex digits of their hash."""
+    settings = {k: v for k, v in (train or {}).items() if k != "seed" and k not in RECORDING_FIELDS}
     return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 

@@ -1,4 +1,5 @@
-"""Recording a run as it trains: metrics.csv rows, events, checkpoints/last.pt and best.pt.
+"""Recording a run as it trains: metrics.csv rows, events, checkpoints/last.pt and best.pt, and the TensorBoard
+event files that mirror them.
 
 `Recorder` is the training session's part that writes these files; it never writes status.json or the
 optimizer's lr (the session does both). Every way of training (the worker, a sweep trial) records through
@@ -15,6 +16,7 @@ import torch
 
 from brnn_core.checkpoint import save_checkpoint
 from brnn_core.config import TrainConfig
+from brnn_core.runs import tensorboard_log
 from brnn_core.runs.rundir import Run
 from brnn_core.training.engine import EpochResult, EvalResult, LogPoint
 from brnn_core.training.loss_scaling import LossScaler
@@ -52,6 +54,7 @@ class Recorder:
         self.scaler = scaler  # fp16 loss scaling: saved in last.pt, its skipped steps reported
         self._skips_seen = (scaler.steps, scaler.skipped_steps()) if scaler is not None else (0, 0)
         self._skip_warned_at = -SKIP_WARN_EVERY
+        self.tensorboard = tensorboard_log.live(run, cfg)  # None: turned off, or the package is missing
 
     def save_last(self, position: Position, live: dict, metrics: dict | None = None) -> None:
         save_checkpoint(self.run.last_ckpt, self.model, classes=self.classes, epoch=position.epoch,
@@ -83,6 +86,7 @@ class Recorder:
         self.check_skips(point.step)
         self.run.log_metric(step=point.step, epoch=epoch + point.batch / self.steps_per_epoch, split="train",
                             loss=point.loss, lr=point.lr, samples_per_s=point.samples_per_s, elapsed_s=elapsed_s)
+        self.mirror()
 
     def epoch_end(self, epoch: int, result: EpochResult, val: EvalResult, position: Position, live: dict,
                   elapsed_s: float) -> dict:
@@ -97,4 +101,25 @@ class Recorder:
                             train_config={**self.cfg.to_dict(), "live": live}, metrics=metrics)
         self.run.log_event("epoch", f"epoch {epoch}: train loss {result.loss:.4f}, val loss {val.loss:.4f}, "
                                     f"val acc {100 * val.accuracy:.2f}%", step=result.step)
+        self.mirror()
         return metrics
+
+    def mirror(self) -> None:
+        """The TensorBoard files catch up with the rows and events written since the last call."""
+        self._tensorboard("follow")
+
+    def close(self) -> None:
+        """The run's worker is done with it (it ended, failed, or a sweep's scheduler took it): the TensorBoard
+        files get the last rows and events (the test row, the final event) and are closed."""
+        self._tensorboard("close")
+        self.tensorboard = None
+
+    def _tensorboard(self, action: str) -> None:
+        if self.tensorboard is None:
+            return
+        try:
+            getattr(self.tensorboard, action)()
+        except Exception as exc:  # noqa: BLE001 - optional files: a failure to write them never ends a run
+            step, self.tensorboard = self.tensorboard.step, None
+            self.run.log_event("warning", f"TensorBoard files stop here ({type(exc).__name__}: {exc}); the run's "
+                                          "own files go on", step=step)

@@ -498,6 +498,7 @@ def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Pr
         opened = open_session(run, data_dir, resume=resume, printer=printer or (lambda kind, info: None),
                               after_epoch=after_epoch, resume_from=resume_from, handoff=handoff, device=device)
         session, splits = opened.session, opened.splits
+        lock.callback(session.recorder.close)  # however it ends: TensorBoard's files get the last rows
         session.begin(device_name(splits.train_x.device), f"{len(splits.train_y)} train, {len(splits.val_y)} val "
                       "images", note=opened.note, fresh_last=resume_from is not None, before_start=before_start)
         return session.run_to_end(splits, mix=opened.mix, config=opened.config, keeper=opened.keeper)
