@@ -26,7 +26,7 @@ from brnn_core.states import ACTIVE_STATES
 from brnn_core.training.drawing_mix import summary_line
 from brnn_core.training.reports import THUMBNAILS_KEPT, compute_report, read_report, read_thumbnails
 from ui import drawings as my
-from ui import groups
+from ui import groups, interop
 from ui.branch import branch_form
 from ui.common import LIVE_REFRESH_S, flash, folders, memo, run_index, select_run, show_flashes, state_label
 from ui.retention import free_disk_space, size_column, size_column_config
@@ -119,6 +119,7 @@ train_col.plotly_chart(memo("cmp_train", (curves_key, smoothing, log_y), lambda:
     on_select="ignore")
 val_col.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(
     curves, what="val", log_y=log_y, branches=points, groups=bands)), key="cmp_val", on_select="ignore")
+interop.compare_two(runs_dir, selected if rows else [])  # two runs selected: config and environment side by side
 
 st.divider()
 ids = list(table["run_id"])
@@ -186,7 +187,7 @@ def thumbnails(run_dir: str, report_key: tuple, dataset: str, indices: tuple[int
 # the precision a report was evaluated in: the one its run trained in where this machine runs it natively
 PRECISION_NAMES = {"off": "fp32", "bf16": "bf16 (as it trained)", "fp16": "fp16 (as it trained)"}
 
-tab_report, tab_events, tab_files = st.tabs(["Test report", "Event log", "Files"])
+tab_report, tab_events, tab_env, tab_files = st.tabs(["Test report", "Event log", "Environment", "Files"])
 with tab_report:
     report = read_report(run)
     if report is None:
@@ -242,12 +243,16 @@ def event_table(run_path: str) -> None:
 with tab_events:
     st.fragment(run_every=LIVE_REFRESH_S if watching else None)(event_table)(str(run.path))
 
+with tab_env:
+    interop.environment(run)
+
 with tab_files:
     st.download_button("Download metrics.csv", run.metrics_path.read_bytes(), file_name=f"{run.id}-metrics.csv",
                        mime="text/csv")
     if run.best_ckpt.is_file():
         st.download_button("Download best checkpoint", run.best_ckpt.read_bytes(), file_name=f"{run.id}-best.pt",
                            mime="application/octet-stream")
+    interop.export_download(run)
     st.code(str(run.path.resolve()), language=None)
     if st.button("Open on the Train page"):
         select_run(run.id)
