@@ -22,6 +22,8 @@ from importlib.metadata import distributions
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from brnn_core import __version__
 from brnn_core.fileio import atomic_write_json, read_json
 
@@ -113,6 +115,14 @@ def packages() -> dict[str, str]:
     return dict(sorted(found.items(), key=lambda item: item[0].lower()))
 
 
+def command_line() -> list[str]:
+    """This process's command line as it was started (`python -m brnn_core train ...`, with the -m that sys.argv
+    loses), or the interpreter and sys.argv where the OS does not say."""
+    with contextlib.suppress(psutil.Error, OSError):
+        return psutil.Process().cmdline()
+    return [sys.executable, *sys.argv]
+
+
 def gpus() -> list[dict]:
     """Name, memory and compute capability of each CUDA GPU this process sees ([] without one)."""
     import torch
@@ -134,7 +144,7 @@ def collect(device: torch.device | str | None = None) -> dict[str, Any]:
     installed = packages()
     record: dict[str, Any] = {
         "format_version": FORMAT_VERSION, "recorded": time.time(), "host": socket.gethostname(),
-        "command": [sys.executable, *sys.argv], "cwd": os.getcwd(), "brnn_core": __version__,
+        "command": command_line(), "cwd": os.getcwd(), "brnn_core": __version__,
         "python": platform.python_version(), "platform": platform.platform(),
         "torch": torch.__version__, "torchvision": installed.get("torchvision"), "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
