@@ -190,7 +190,10 @@ def live(run: Run, cfg: TrainConfig) -> TensorBoardLog | None:
         return TensorBoardLog(run)
     except TensorBoardMissing as exc:
         run.log_event("tensorboard", f"no TensorBoard files for this run: {exc}; it trains all the same")
-        return None
+    except Exception as exc:  # noqa: BLE001 - optional files never keep a run from training
+        run.log_event("warning", f"no TensorBoard files for this run ({type(exc).__name__}: {exc}); it trains all "
+                                 "the same")
+    return None
 
 
 def export_run(run: Run, target: Path | None = None) -> TensorBoardLog:
