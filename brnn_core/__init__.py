@@ -2,7 +2,8 @@
 
 Pure Python + PyTorch, no Streamlit: the dashboard, the CLI and the tests all stand on it. Subpackages, bottom
 to top: data, runs, training, inference, sweep, benchmarks; at the root the modules all of them share (config,
-devices, model, checkpoint, schedule, fileio, states, charts) and cli, the top, which only __main__ imports.
+devices, model, checkpoint, schedule, fileio, states, charts, environment) and cli, the top, which only __main__
+imports.
 What each module does: docs/architecture.md.
 """
 

@@ -2,7 +2,8 @@
 
 One run's folder (`rundir`) and its status.json (`status`), the control protocol (`protocol`, `commands`), the
 runs table (`index`, kept on disk by `index_store`), the job registry (`jobs`), branches (`branch`), status
-written when no worker can (`lifecycle`) and progress text (`progress`). No training happens here: `jobs` starts
+written when no worker can (`lifecycle`), progress text (`progress`), its TensorBoard files (`tensorboard_log`)
+and two runs side by side (`compare`). No training happens here: `jobs` starts
 the worker (`training`) as a subprocess, so this layer never imports torch's training code.
 """
 
