@@ -25,6 +25,7 @@ from sweep_helpers import (
     trial_runs,
     val_rows,
 )
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from brnn_core.config import TrainConfig
 from brnn_core.runs.index import RunIndex
@@ -155,6 +156,12 @@ def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
     assert not [e for e in weak.events() if e["kind"] in ("pbt", "resume") and (e.get("step") or 0) >= final]
     steps = weak.metrics()[["step", "split"]]
     assert not steps.duplicated().any()  # a restart from the donor's step drops the rows logged after it
+    # and so do its TensorBoard files: each restart's file purged the steps after the one it restarted from
+    events = EventAccumulator(str(weak.path), size_guidance={"scalars": 0})
+    events.Reload()
+    mirrored = events.Scalars("train/lr")
+    assert [e.step for e in mirrored] == list(train["step"])
+    assert [e.value for e in mirrored] == pytest.approx(list(train["lr"]), rel=1e-6)
     assert weak.status()["state"] == good.status()["state"] == "finished"
     no_ray_left(watch)
 
