@@ -3,14 +3,15 @@
 `collect` is cheap on purpose (a run starts with it): package versions come from `importlib.metadata` without
 starting pip, the CPU's flags from /proc/cpuinfo, and git is asked at most three short questions with a timeout,
 only when brnn_core is imported from a checkout (an installed package has no commit, so the record has no
-`git`). `record` writes the file at each start of a run and says in an event what changed since the last
-start (a resume on another machine or after an upgrade). `cpu_model` and `git_commit` also describe the
-machine a benchmark ran on (benchmarks/machine.py).
+`git`); packages and git are read once per process. `record` writes the file at each start of a run and says in
+an event what changed since the last start (a resume on another machine or after an upgrade). `cpu_model` and
+`git_commit` also describe the machine a benchmark ran on (benchmarks/machine.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import platform
@@ -65,6 +66,7 @@ def git_commit(short: bool = False) -> str | None:
     return (out or b"").decode().strip() or None
 
 
+@functools.cache  # once per process: the code it runs was read when it started (sweeps train many runs in one)
 def git_state() -> dict | None:
     """{commit, dirty, diff_sha256, untracked} of the checkout, None when installed or git cannot say.
 
@@ -107,6 +109,11 @@ def cpu_flags() -> dict[str, bool] | None:
 
 def packages() -> dict[str, str]:
     """Every installed distribution's version, by name (the first found where a name is installed twice)."""
+    return dict(_packages())
+
+
+@functools.cache  # once per process, as git_state
+def _packages() -> dict[str, str]:
     found: dict[str, str] = {}
     for dist in distributions():
         name = dist.metadata["Name"]
@@ -156,7 +163,7 @@ def collect(device: torch.device | str | None = None) -> dict[str, Any]:
     }
     git = git_state()
     if git is not None:
-        record["git"] = git
+        record["git"] = dict(git)
     return record
 
 
