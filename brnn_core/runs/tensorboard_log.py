@@ -224,5 +224,5 @@ def export_runs(runs_dir: Path, run_ids: list[str], out: Path | None = None) -> 
         else:
             target.mkdir(parents=True, exist_ok=True)
             log = export_run(run, target)
-            done.append((run_id, f"written to {target} ({log.step} steps)"))
+            done.append((run_id, f"written to {target} (up to step {log.step})"))
     return done
