@@ -21,7 +21,7 @@ from brnn_core.cli import main
 from brnn_core.inference import export
 from brnn_core.inference.export import INPUT_NAME, OUTPUT_NAME, export_model
 from brnn_core.inference.predictor import Predictor
-from brnn_core.model import BiLSTM, ModelConfig
+from brnn_core.model import CELLS, ModelConfig, RecurrentClassifier
 
 CHECKED = 37  # an odd batch, unlike the one the files are traced with (export.TRACE_BATCH)
 
@@ -64,19 +64,26 @@ def test_the_file_gives_the_probabilities_the_predict_page_shows(trained_ckpt, d
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-ARCHITECTURES = [  # every model the product trains: heads, input scales, depths
-    {"head": "bidir", "input_scale": "standard", "num_layers": 2},
-    {"head": "last", "input_scale": "unit", "num_layers": 1},
-    {"head": "bidir", "input_scale": "unit", "num_layers": 3, "hidden_size": 5},
+# Every model the product trains: each cell one- and two-way (two layers), and the other heads, input scales and
+# depths on the LSTM.
+ARCHITECTURES = [{"cell": cell, "bidirectional": two_way, "head": "bidir" if two_way else "last", "num_layers": 2}
+                 for cell in CELLS for two_way in (True, False)] + [
+    {"cell": "lstm", "bidirectional": True, "head": "last", "input_scale": "unit", "num_layers": 1},
+    {"cell": "gru", "bidirectional": True, "head": "bidir", "input_scale": "unit", "num_layers": 3, "hidden_size": 5},
 ]
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES, ids=lambda a: "-".join(str(v) for v in a.values()))
+def arch_id(arch: dict) -> str:
+    return "-".join([arch["cell"], "two-way" if arch["bidirectional"] else "one-way", arch["head"],
+                     arch.get("input_scale", "standard"), f"{arch['num_layers']}x{arch.get('hidden_size', 12)}"])
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
-def test_every_architecture_exports(arch, fmt, digits, tmp_path):
+def test_every_cell_and_direction_exports(arch, fmt, digits, tmp_path):
     torch.manual_seed(0)
-    model = BiLSTM(ModelConfig(**{"hidden_size": 12, **arch}))  # random weights: the export must not care
-    ckpt = tmp_path / "model.pt"
+    model = RecurrentClassifier(ModelConfig(**{"hidden_size": 12, "input_scale": "standard", **arch}))
+    ckpt = tmp_path / "model.pt"  # random weights: the export must not depend on what was learnt
     save_checkpoint(ckpt, model, classes=[str(k) for k in range(10)])
     out = tmp_path / f"model.{fmt}"
     done = export_model(ckpt, fmt, out, digits=digits[:64])
