@@ -19,10 +19,9 @@ from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import append_line, read_complete_lines
 from brnn_core.runs.index import read_run, runs_table
-from brnn_core.runs.jobs import active_runs, start_worker
+from brnn_core.runs.jobs import start_worker
 from brnn_core.runs.rundir import (
     METRIC_COLUMNS,
-    QUEUED_GRACE_S,
     RunError,
     create_run,
     delete_run,
@@ -30,6 +29,8 @@ from brnn_core.runs.rundir import (
     resolve_run,
     validate_run_id,
 )
+from brnn_core.runs.status import QUEUED_GRACE_S
+from brnn_core.states import ACTIVE_STATES
 
 RUN_FILES = ("config.json", "status.json", "metrics.csv", "events.jsonl", "control.jsonl", "checkpoints")
 
@@ -161,7 +162,7 @@ def test_a_damaged_status_reads_as_a_damaged_run_with_a_note(runs_dir, content):
     status = run.status()  # never raises: the pages and the CLI show it like any ended run
     assert status["state"] == "interrupted" and status["message"].startswith("status.json ")
     assert "resume continues from the last checkpoint" in status["message"] and run.read_status().damaged
-    assert run not in active_runs(runs_dir)
+    assert run.status()["state"] not in ACTIVE_STATES
     run.write_status(state="queued", message="resuming", created=time.time())  # a resume rewrites it whole
     assert "damaged" not in run.stored_status() and run.status()["state"] == "queued"
 
@@ -296,7 +297,7 @@ def test_a_worker_on_another_machine_is_judged_by_its_heartbeat():
     """A sweep trial on a cluster node writes into the shared runs folder: its pid means nothing here."""
     import socket
 
-    from brnn_core.runs.rundir import REMOTE_STALE_S, worker_alive
+    from brnn_core.runs.status import REMOTE_STALE_S, worker_alive
 
     remote = {"pid": os.getpid(), "pid_started": 0.0, "host": "node-7.cluster.invalid"}
     assert worker_alive({**remote, "heartbeat": time.time() - 5})

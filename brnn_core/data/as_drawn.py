@@ -21,6 +21,7 @@ import torch
 
 from brnn_core.data import canvas, strokes
 from brnn_core.fileio import atomic_write
+from brnn_core.locks import try_lock, wait_lock
 
 VERSION = 2  # bump when the drawing or the canvas path changes: old cache files are then ignored
 MAX_UNEXPLAINED = 0.1  # a digit with more ink off its skeleton (a filled-in loop) is kept as written
@@ -95,20 +96,20 @@ def _read(path: Path, images: np.ndarray) -> torch.Tensor | None:
 
 @contextlib.contextmanager
 def _drawing_lock(path: Path, progress: Callable[[str], None] | None) -> Iterator[None]:
-    """Held while `path` is drawn. An advisory lock on a file beside it: the kernel drops it when its holder
-    dies, so a killed drawer never blocks the next. Without fcntl (Windows) or a writable folder: no lock."""
+    """Held while `path` is drawn (brnn_core.locks: the kernel drops it when its holder dies, so a killed drawer
+    never blocks the next). A cache folder where no lock can be taken only costs drawing the digits twice."""
+    lock_path = path.with_suffix(".lock")
     try:
-        import fcntl
         path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 (held open for the lock's lifetime)
-    except (ImportError, OSError):
-        yield
-        return
-    with fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        lock = try_lock(lock_path, path.parent)
+        if lock is None:
             if progress is not None:
                 progress("waiting for another process that is drawing these training digits as canvas strokes")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        yield  # closing the file releases the lock
+            lock = wait_lock(lock_path, path.parent)
+    except OSError:  # LockError too: an unwritable or damaged cache folder
+        lock = None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()

@@ -25,8 +25,8 @@ from brnn_core.config import RECORDING_FIELDS, architecture
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
 from brnn_core.runs.notes import NOTES_NAME, read_notes
-from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, config_damage, effective_status, readable_config
-from brnn_core.runs.status import RunStatus
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, config_damage, readable_config
+from brnn_core.runs.status import RunStatus, effective_status
 from brnn_core.states import ACTIVE_STATES
 
 FILES = ("config.json", "status.json", "metrics.csv", NOTES_NAME)

@@ -2,18 +2,22 @@
 
 Tags are short words (letters, digits, `.`, `_`, `-`) that the runs filter matches with `tag:NAME`; the note
 is free text, shown and stored as it is, never interpreted. A missing or damaged file reads as no tags, no note.
+Every change is a read-modify-write under the run's notes lock, so changes made at once by several processes
+are all kept; a change checks only what it changes (a tag change keeps whatever note is there).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from brnn_core.fileio import atomic_write_json, read_json
+from brnn_core.locks import holding
 
 NOTES_NAME = "notes.json"
+NOTES_LOCK = ".notes.lock"  # beside notes.json: held for each read-modify-write
 TAG = re.compile(r"[A-Za-z0-9_.\-]{1,40}")
 MAX_NOTE = 10_000  # characters: a lab note, not a document
 
@@ -42,18 +46,32 @@ def check_tag(tag: str) -> str:
     return tag
 
 
-def write_notes(run_path: Path, *, tags: Iterable[str] | None = None, note: str | None = None) -> RunNotes:
-    """Replace the tags and/or the note (None: keep as it is); returns what was written."""
-    before = read_notes(run_path)
-    tags = before.tags if tags is None else tuple(dict.fromkeys(check_tag(t) for t in tags if t.strip()))
-    note = before.note if note is None else note
+def check_note(note: str) -> str:
     if len(note) > MAX_NOTE:
         raise ValueError(f"the note has {len(note):,} characters; keep it under {MAX_NOTE:,}")
-    atomic_write_json(Path(run_path) / NOTES_NAME, {**before.extra, "tags": list(tags), "note": note})
-    return RunNotes(tags, note, before.extra)
+    return note
+
+
+def write_notes(run_path: Path, *, tags: Iterable[str] | None = None, note: str | None = None) -> RunNotes:
+    """Replace the tags and/or the note (None: keep as it is, unchecked); returns what was written."""
+    tags = None if tags is None else tuple(dict.fromkeys(check_tag(t) for t in tags if t.strip()))
+    note = None if note is None else check_note(note)
+    return _change(run_path, lambda before: (before.tags if tags is None else tags,
+                                             before.note if note is None else note))
 
 
 def change_tags(run_path: Path, add: Iterable[str] = (), remove: Iterable[str] = ()) -> RunNotes:
-    before = read_notes(run_path)
-    gone = {check_tag(t) for t in remove}
-    return write_notes(run_path, tags=[t for t in before.tags if t not in gone] + [check_tag(t) for t in add])
+    """Add and remove tags, keeping the others (and the note) as another process may just have written them."""
+    gone, new = {check_tag(t) for t in remove}, [check_tag(t) for t in add]
+    return _change(run_path, lambda before: (tuple(dict.fromkeys([t for t in before.tags if t not in gone] + new)),
+                                             before.note))
+
+
+def _change(run_path: Path, change: Callable[[RunNotes], tuple[tuple[str, ...], str]]) -> RunNotes:
+    """notes.json read, changed by `change(before) -> (tags, note)` and rewritten, under the run's notes lock."""
+    run_path = Path(run_path)
+    with holding(run_path / NOTES_LOCK, run_path.parent):
+        before = read_notes(run_path)
+        tags, note = change(before)
+        atomic_write_json(run_path / NOTES_NAME, {**before.extra, "tags": list(tags), "note": note})
+    return RunNotes(tags, note, before.extra)

@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from brnn_core.locks import LockError
 from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.index import Entry, RunIndex, seed_group
-from brnn_core.runs.rundir import Run, RunError, effective_status
+from brnn_core.runs.rundir import Run, RunError
+from brnn_core.runs.status import effective_status
 from brnn_core.states import ENDED_STATES
 
 # --by: the name, the ValSummary field it reads (metrics.csv's validation rows) and which way is better
@@ -230,10 +232,9 @@ def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str =
     paths: dict[str, list[Path]] = {}  # run id -> the files its item deletes
     for rid, entry in entries.items():
         state = effective_status(dict(entry.stored_status)).get("state")
-        if state not in ENDED_STATES:
-            plan.untouched[rid] = str(state)
-        elif worker_lock.held(runs_dir / rid):
-            plan.untouched[rid] = "a live process holds its worker lock"
+        busy = str(state) if state not in ENDED_STATES else lock_holder(runs_dir / rid)
+        if busy:
+            plan.untouched[rid] = busy
         else:
             units.setdefault(_unit(per, rid, entry), []).append((rid, _score(entry, metric)))
     sign = 1.0 if METRICS[metric][1] == "min" else -1.0
@@ -254,6 +255,15 @@ def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str =
     return plan
 
 
+def lock_holder(run_path: Path) -> str | None:
+    """Why an ended run's files must not be touched now: a live process holds its worker lock, or no lock can be
+    taken there (its folder leads out of the runs folder, or its lock file is damaged); None: they may."""
+    try:
+        return "a live process holds its worker lock" if worker_lock.held(run_path) else None
+    except LockError as exc:
+        return str(exc)
+
+
 def apply_prune(plan: PrunePlan) -> list[tuple[str, int]]:
     """Delete what `plan` lists: each run under its worker lock and only while it is still ended (it may have
     been resumed since the plan was made). Returns (run id, bytes freed) of the runs pruned."""
@@ -267,7 +277,7 @@ def apply_prune(plan: PrunePlan) -> list[tuple[str, int]]:
                     continue
                 done.append((item.run_id, delete_checkpoints(run, list(item.names), plan.why(item),
                                                              by="runs prune", status=status)))
-        except worker_lock.RunBusy:
+        except (worker_lock.RunBusy, LockError):  # a run trained meanwhile, or one that leads out of the folder
             continue
     return done
 

@@ -15,6 +15,7 @@ import secrets
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,15 +25,7 @@ import pandas as pd
 from brnn_core import __version__
 from brnn_core.fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
 from brnn_core.runs.protocol import command_line
-from brnn_core.runs.status import (  # noqa: F401 - their old home: index, records, ui and tests import them here
-    QUEUED_GRACE_S,
-    REMOTE_STALE_S,
-    RunStatus,
-    effective_status,
-    last_pt_pruned,
-    update_status,
-    worker_alive,
-)
+from brnn_core.runs.status import RunStatus, effective_status, new_status, update_status
 from brnn_core.states import ACTIVE_STATES, State
 
 if TYPE_CHECKING:
@@ -127,10 +120,10 @@ class Run:
         return self.config_path.is_file()
 
     # writing
-    def write_status(self, **fields: Any) -> dict:
-        """Change documented fields of status.json (runs.status); only the training session and
-        runs.lifecycle (what no worker is there to say) call it."""
-        return update_status(self.status_path, **fields)
+    def write_status(self, *, last_resort: bool = False, **fields: Any) -> dict:
+        """Change documented fields of status.json (runs.status.update_status, under the run's status lock); only
+        the training session and runs.lifecycle (what no worker is there to say) call it."""
+        return update_status(self.status_path, last_resort=last_resort, **fields)
 
     def log_metric(self, *, step: int, epoch: float, split: str, loss: float, accuracy: float | None = None,
                    lr: float | None = None, samples_per_s: float | None = None, elapsed_s: float = 0.0) -> None:
@@ -196,25 +189,35 @@ def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None,
 
     `files` maps paths inside the run (e.g. checkpoints/parent.pt) to files linked or copied in
     before the rename (a branch's starting checkpoint)."""
-    runs_dir = Path(runs_dir)
-    runs_dir.mkdir(parents=True, exist_ok=True)
     run_id = validate_run_id(run_id or new_run_id(str(config.get("dataset", "run"))))
-    final = runs_dir / run_id
+
+    def fill(run: Run) -> None:
+        run.checkpoint_dir.mkdir()
+        atomic_write_json(run.config_path, config)
+        append_line(run.metrics_path, ",".join(METRIC_COLUMNS))
+        for name, source in (files or {}).items():
+            link_or_copy(Path(source), run.path / name)
+
+    return create_folder(runs_dir, run_id, fill)
+
+
+def create_folder(parent: Path, name: str, fill: Callable[[Run], None]) -> Run:
+    """A run directory, or a job folder (runs.job_queue) that has a run's status and channels, made whole in one
+    rename: status.json `queued`, empty events.jsonl and control.jsonl, and what `fill` adds."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    final = parent / name
     if final.exists():
-        raise RunError(f"run {run_id} already exists in {runs_dir}")
-    staging = runs_dir / f".creating-{run_id}-{secrets.token_hex(3)}"
+        raise RunError(f"{final.name} already exists in {parent}")
+    staging = parent / f".creating-{name}-{secrets.token_hex(3)}"
     staging.mkdir()
     try:
         run = Run(staging)
-        run.checkpoint_dir.mkdir()
-        atomic_write_json(run.config_path, config)
-        RunStatus().updated(state=State.QUEUED, step=0, epoch=0, message="queued", created=time.time(),
-                            pid=None).write(run.status_path)
-        append_line(run.metrics_path, ",".join(METRIC_COLUMNS))
+        new_status(run.status_path, state=State.QUEUED, step=0, epoch=0, message="queued", created=time.time(),
+                   pid=None)
         run.events_path.touch()
         run.control_path.touch()
-        for name, source in (files or {}).items():
-            link_or_copy(Path(source), staging / name)
+        fill(run)
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -1,8 +1,11 @@
-"""status.json, typed: the one reader and writer of a run's status (fields: docs/run-directory.md).
+"""status.json, typed: the one reader and the one writer of a run's status (fields: docs/run-directory.md).
 
 `RunStatus` is a read-only mapping over the file's object with typed accessors; `updated()` accepts only the
 documented fields, while unknown keys found in a file (an older or newer version's) are kept on rewrite.
 A file that is not a JSON object reads as a damaged status (`damaged` says why), never as an exception.
+`update_status` is the only code that writes the file, for the training session and for the driver side
+(runs.lifecycle) alike: each change is a read-modify-write under the run's status lock, so changes made at
+once by any number of processes are all kept. Readers take no lock: every write is an atomic rename.
 `effective_status` adds what only the reader can know: an active run whose worker is gone is `interrupted`.
 """
 
@@ -18,6 +21,7 @@ from typing import Any
 import psutil
 
 from brnn_core.fileio import atomic_write_json
+from brnn_core.locks import holding
 from brnn_core.states import ACTIVE_STATES, State
 
 # Every key a worker, a job or a sweep writes, with the JSON types its value may have (None is always allowed).
@@ -31,6 +35,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "control_offset": (int,), "stopped_by": (str,), "pruned": (dict,), "damaged": (str,),
     "queued_at": NUMBER, "slot": (str,),  # the run's place in the queue and the device it took (runs.queue)
 }
+STATUS_LOCK = ".status.lock"  # beside status.json: held for each read-modify-write
 QUEUED_GRACE_S = 60.0  # a run created but never picked up by a worker for this long is dead
 # A worker on another machine (a sweep trial on a cluster node, the runs folder on shared storage): its pid
 # means nothing here, so it is alive while its heartbeat (every few seconds while it trains or waits) is
@@ -75,9 +80,6 @@ class RunStatus(Mapping):
         data = {k: v for k, v in self._data.items() if k != "damaged"}
         return RunStatus({**data, **changes, "updated": time.time()})
 
-    def write(self, path: Path) -> None:
-        atomic_write_json(path, self._data)
-
     def to_dict(self) -> dict[str, Any]:
         return dict(self._data)
 
@@ -118,11 +120,33 @@ class RunStatus(Mapping):
         return self._data.get("damaged")
 
 
-def update_status(path: Path, **changes: Any) -> dict:
-    """Read, change and atomically rewrite one status.json; returns what was written."""
-    status = RunStatus.read(path).updated(**changes)
-    status.write(path)
-    return status.to_dict()
+def update_status(path: Path, *, last_resort: bool = False, **changes: Any) -> dict:
+    """Read, change and atomically rewrite one status.json under its run's status lock; returns what was written.
+
+    `last_resort`: on a full disk, rewrite it in place (an atomic rewrite needs room for a second copy), for the
+    one write that must get through: how the run ended."""
+    path = Path(path)
+    with holding(path.with_name(STATUS_LOCK), path.parent.parent):
+        status = RunStatus.read(path).updated(**changes).to_dict()
+        _store(path, status, last_resort)
+    return status
+
+
+def new_status(path: Path, **fields: Any) -> dict:
+    """The first status.json of a folder that nobody else sees yet (one being created, before its rename)."""
+    status = RunStatus().updated(**fields).to_dict()
+    _store(Path(path), status)
+    return status
+
+
+def _store(path: Path, status: dict, last_resort: bool = False) -> None:
+    """Every status.json write in brnn_core is this one."""
+    try:
+        atomic_write_json(path, status)
+    except OSError:
+        if not last_resort:
+            raise
+        path.write_text(json.dumps(status, default=str))
 
 
 def effective_status(status: dict) -> dict:
