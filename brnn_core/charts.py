@@ -112,26 +112,15 @@ def accuracy_figure(metrics: pd.DataFrame, *, revision: str = "acc") -> go.Figur
     return note_if_empty(fig, "appears after the first epoch")
 
 
-def lr_figure(metrics: pd.DataFrame, *, revision: str = "lr", plan: tuple[list[int], list[float]] | None = None,
-              until_step: int | None = None) -> go.Figure:
-    """The learning rate by step. With `plan` (progress.lr_plan: the schedule's past and planned lr, to the
-    planned last step) the figure changes only when the lr or the plan is changed live, not with every
-    logged step: the browser redraws a chart only when its figure changes, and every redraw costs a 2-core
-    machine training speed (docs/decisions/008-live-refresh-interval.md). Without a plan, the
-    logged lr as steps, run on to `until_step`."""
+def lr_figure(plan: tuple[list[int], list[float]], *, revision: str = "lr") -> go.Figure:
+    """The learning rate by step: `plan` (progress.lr_plan) is the schedule's past and planned lr to the planned
+    last step, so the figure changes only when the lr or the plan is changed live, not with every logged step:
+    the browser redraws a chart only when its figure changes, and every redraw costs a 2-core machine training
+    speed (docs/decisions/008-live-refresh-interval.md)."""
     fig = _figure("Learning rate", revision, x_title="step", y_title="lr", log_y=True)
     fig.update_yaxes(dtick=1, exponentformat="e")  # label powers of ten only: minor "2" and "5" read as values
     if plan and plan[0]:
         fig.add_scatter(x=plan[0], y=plan[1], name="lr (schedule)", mode="lines")
-        return fig
-    train = metrics[metrics["split"] == "train"]
-    if len(train):
-        changes = train[train["lr"].ne(train["lr"].shift())]
-        end = int(train["step"].iloc[-1]) if until_step is None else max(int(until_step), int(train["step"].iloc[-1]))
-        x, y = list(changes["step"]), list(changes["lr"])
-        if end > x[-1]:
-            x, y = [*x, end], [*y, y[-1]]
-        fig.add_scatter(x=x, y=y, name="lr", mode="lines", line=dict(shape="hv"))
     return note_if_empty(fig, "waiting for the first logged steps…")
 
 

@@ -1,4 +1,4 @@
-"""Command line: `python -m brnn_core train | evaluate | predict | teach | lr-find | export | sweep | runs | bench`.
+"""The command line: train, evaluate, predict, teach, lr-find, export, sweep, runs, predraw and bench.
 
 Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failure.
 """
@@ -21,6 +21,7 @@ from brnn_core.config import (
     load_train_config,
     parse_set,
 )
+from brnn_core.data import predraw
 from brnn_core.data.canvas import load_image
 from brnn_core.data.datasets import DATASETS, DatasetError, default_data_dir
 from brnn_core.data.loading import ensure_dataset, load_dataset
@@ -29,22 +30,17 @@ from brnn_core.fileio import atomic_write_json
 from brnn_core.inference.export import FORMATS as EXPORT_FORMATS
 from brnn_core.inference.export import ExportError, ExportMismatch, export_model
 from brnn_core.inference.predictor import Predictor
+from brnn_core.locks import LockError
 from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.branch import create_planned, parse_from, plan_branch
 from brnn_core.runs.cli import add_parser as add_runs_parser
 from brnn_core.runs.index import seed_group, update_store
+from brnn_core.runs.job_queue import job_info, new_job
+from brnn_core.runs.jobs import in_turn, new_runs, prepare_resume
 from brnn_core.runs.progress import ProgressPrinter
-from brnn_core.runs.protocol import SET
-from brnn_core.runs.retention import resume_problem
-from brnn_core.runs.rundir import (
-    RunError,
-    create_run,
-    default_runs_dir,
-    new_run_config,
-    resolve_run,
-)
+from brnn_core.runs.rundir import Run, RunError, default_runs_dir, resolve_run
 from brnn_core.runs.seeds import SeedsError, parse_seeds, seed_configs
-from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.states import State
 from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
 from brnn_core.training import lr_find
@@ -74,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_FAILURE
+    except LockError as exc:  # its message names the lock file and how to mend it
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except OSError as exc:  # a read-only or full runs folder: a message, not a traceback
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}: make the runs folder writable and check that the disk has "
@@ -89,12 +88,26 @@ def prog_name() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog_name(), description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (add_train, add_evaluate, add_predict, add_teach, add_lr_find, add_export, add_sweep_parser,
+                add_runs_parser, add_predraw, add_bench):
+        add(sub)
+    return parser
 
+
+def add_folders(parser: argparse.ArgumentParser, *, runs: bool = True, data: bool = True) -> None:
+    if runs:
+        parser.add_argument("--runs-dir", type=Path, default=None,
+                            help="runs folder (default $BRNN_RUNS_DIR or ./runs)")
+    if data:
+        parser.add_argument("--data-dir", type=Path, default=None,
+                            help="datasets folder (default $BRNN_DATA_DIR or ./data)")
+
+
+def add_train(sub) -> None:
     train = sub.add_parser("train", help="train a model (a new run, --resume one, or branch one --from)")
     train.add_argument("--config", help="JSON file of TrainConfig fields")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one field, e.g. --set lr=0.001 (repeatable)")
-    train.add_argument("--runs-dir", type=Path, default=None, help="runs folder (default $BRNN_RUNS_DIR or ./runs)")
     train.add_argument("--resume", metavar="RUN", help="continue a run (directory or id) from its last.pt")
     train.add_argument("--from", dest="from_run", metavar="RUN[:last|:best]",
                        help="branch: a new run (beside RUN) that starts from RUN's checkpoint, last.pt by default "
@@ -105,9 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--keep-tags", action="store_true", help="with --from: the branch starts with RUN's tags")
     train.add_argument("--seeds", metavar="S,S,...", help="a seed group: one run per seed (e.g. 0,1,2), the same "
                                                          "settings otherwise, trained one after another in turn")
-    train.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
+    add_folders(train)
     train.set_defaults(func=cmd_train)
 
+
+def add_evaluate(sub) -> None:
     ev = sub.add_parser("evaluate", help="loss, accuracy and per-class accuracy of a checkpoint")
     ev.add_argument("checkpoint", type=Path)
     ev.add_argument("--dataset", required=True, help=f"one of {', '.join(DATASETS)}")
@@ -120,12 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "see docs/decisions/005-amp-off-by-default.md)")
     ev.set_defaults(func=cmd_evaluate)
 
+
+def add_predict(sub) -> None:
     pr = sub.add_parser("predict", help="classify image files with a checkpoint")
     pr.add_argument("checkpoint", type=Path)
     pr.add_argument("images", nargs="+", type=Path)
     pr.add_argument("--top", type=int, default=3)
     pr.set_defaults(func=cmd_predict)
 
+
+def add_teach(sub) -> None:
     teach = sub.add_parser("teach", help="fine-tune a checkpoint on your saved drawings (the Predict page's "
                                           "Teach it): a new run, held-out drawings and validation before -> after")
     teach.add_argument("checkpoint", type=Path, help="e.g. runs/<id>/checkpoints/best.pt")
@@ -138,15 +157,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="datasets folder holding my-drawings/ (default $BRNN_DATA_DIR or ./data)")
     teach.set_defaults(func=cmd_teach)
 
+
+def add_lr_find(sub) -> None:
     lrf = sub.add_parser("lr-find", help="an lr range test on a throwaway copy of the model: loss against lr, "
-                                         "and a suggested peak lr")
+                                         "and a suggested peak lr (it waits for its device like a run)")
     lrf.add_argument("--config", help="JSON file of TrainConfig fields")
     lrf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one field (repeatable)")
     lrf.add_argument("--steps", type=int, default=lr_find.STEPS, help=f"steps of the test (default {lr_find.STEPS})")
     lrf.add_argument("--out", type=Path, default=Path("lr-find.csv"), help="the curve: lr,loss,smoothed_loss")
-    lrf.add_argument("--data-dir", type=Path, default=None, help="datasets folder (default $BRNN_DATA_DIR or ./data)")
+    add_folders(lrf)
+    lrf.add_argument("--job", type=Path, default=None, help=argparse.SUPPRESS)  # the job folder a registry made
     lrf.set_defaults(func=cmd_lr_find)
 
+def add_export(sub) -> None:
     exp = sub.add_parser("export", help="a checkpoint as an ONNX or TorchScript file: (N, 28, 28) images in [0, 1] "
                                          "in, class probabilities out; checked in its own runtime before it is kept")
     exp.add_argument("checkpoint", type=Path, help="e.g. runs/<id>/checkpoints/best.pt")
@@ -156,13 +179,22 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--force", action="store_true", help="replace --out if it exists")
     exp.set_defaults(func=cmd_export)
 
-    add_sweep_parser(sub)
-    add_runs_parser(sub)
 
+def add_predraw(sub) -> None:
+    pd = sub.add_parser("predraw", help="make a dataset's pen-stroke copies of training digits before its first run "
+                                        "(the dashboard does it when it starts; it waits for the CPU like a run)")
+    pd.add_argument("dataset", choices=list(DATASETS))
+    pd.add_argument("--share", type=float, default=TrainConfig().drawn_share,
+                    help="the share of training digits given pen-stroke copies (the Train form's default)")
+    add_folders(pd)
+    pd.add_argument("--job", type=Path, default=None, help=argparse.SUPPRESS)  # the job folder a registry made
+    pd.set_defaults(func=cmd_predraw)
+
+
+def add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="benchmark suite (see benchmarks/README.md)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)
-    return parser
 
 
 # ---------------------------------------------------------------- train
@@ -184,8 +216,7 @@ def cmd_train(args) -> int:
         except CheckpointError as exc:
             raise BadInput(f"--set init_from: {exc}") from None
         ensure_dataset(cfg.dataset, data_dir)  # offline and missing: exit 2 before any run is created
-        runs = [create_run(runs_dir, new_run_config(one, data_dir)) for one in seed_configs(cfg, seeds or [cfg.seed])]
-        resume = False
+        runs, resume = new_runs(runs_dir, seed_configs(cfg, seeds or [cfg.seed]), data_dir), False
     for run in runs:
         print(f"run directory: {run.path}", flush=True)
     if len(runs) > 1:
@@ -250,46 +281,15 @@ def seeds_from_args(args) -> list[int] | None:
 
 
 def resumed_from_args(args, runs_dir: Path):
-    """`train --resume RUN`: the run, checked resumable, with the --set live changes sent to its next worker."""
-    live = parse_set(args.set)
-    fixed = sorted(set(live) - set(LIVE_FIELDS))
-    if args.config or fixed:
-        raise BadInput("--resume continues a run with its own config; only "
-                       f"{', '.join(LIVE_FIELDS)} can change (--set epochs=5), not "
-                       f"{', '.join(fixed) or '--config'}")
+    """`train --resume RUN`: the run, checked resumable (jobs.prepare_resume), with the --set live changes sent to
+    its next worker."""
+    if args.config:
+        raise BadInput("--resume continues a run with its own config: drop --config (only "
+                       f"{', '.join(LIVE_FIELDS)} can change, with --set epochs=5)")
     try:
-        run = resolve_run(runs_dir, args.resume)
-    except ValueError as exc:
+        return prepare_resume(resolve_run(runs_dir, args.resume), parse_set(args.set))
+    except ValueError as exc:  # RunError too: no such run, or one that cannot be resumed (the reason)
         raise BadInput(str(exc)) from None
-    status = run.status()
-    state = status.get("state")
-    if state in ACTIVE_STATES:
-        raise BadInput(f"run {run.id} is still {state}; stop it before resuming")
-    if worker_lock.held(run.path):  # a live worker, whatever its (lost or rewritten) status.json says
-        raise BadInput(f"run {run.id} is being trained by another live process; stop it before resuming")
-    finished_problem = resume_finished_problem(run, status, live)
-    if finished_problem:
-        raise BadInput(finished_problem)
-    pruned = resume_problem(run, status)
-    if pruned:
-        raise BadInput(pruned)
-    for name, value in live.items():  # applied by the worker before its first step, and logged
-        run.send_command(SET, field=name, value=value)
-    return run
-def resume_finished_problem(run, status: dict, live: dict) -> str | None:
-    """Why `train --resume` of a finished run would do nothing but test it again (None: it trains more epochs)."""
-    if status.get("state") != State.FINISHED:
-        return None
-    done = int(status.get("epoch") or 0)
-    try:
-        wanted = int(float(live["epochs"])) if "epochs" in live else done
-    except ValueError:
-        wanted = done  # the worker's own check words a bad value; here it only must not pass as more epochs
-    if wanted > done:
-        return None
-    return (f"run {run.id} has finished its {done} epoch{'s' if done != 1 else ''}, so resuming it would only test "
-            f"it again; to train it longer, resume with more epochs (--resume {run.id} --set epochs={done + 1}), "
-            f"or branch a new run from it (--from {run.id})")
 
 
 def cmd_lr_find(args) -> int:
@@ -297,19 +297,45 @@ def cmd_lr_find(args) -> int:
     if not 10 <= args.steps <= 10_000:
         raise BadInput(f"--steps {args.steps}: use 10 to 10,000 steps")
     cfg = load_train_config(args.config, args.set, data_dir)
-    curve = lr_find.find_lr(cfg, data_dir, steps=args.steps, progress=lambda m: print(m, flush=True))
-    curve.write_csv(args.out)
-    atomic_write_json(args.out.with_suffix(".json"), {"suggestion": curve.suggestion, "rule": lr_find.RULE,
-                                                     "suggestions": curve.suggestions(),
-                                                     "stopped_early": curve.stopped_early, "steps": len(curve.lrs)})
-    how = "stopped when the loss exploded" if curve.stopped_early else "ran to the end of the range"
-    print(f"{len(curve.lrs)} steps, lr {curve.lrs[0]:.1e} to {curve.lrs[-1]:.1e} ({how}); curve: {args.out}")
-    if curve.suggestion is None:
-        print("no suggestion: the loss never fell over the range (try more --steps or another optimizer)")
+
+    def test(turn) -> int:
+        curve = lr_find.find_lr(cfg.replace(device=turn.device), data_dir, steps=args.steps,
+                                progress=lambda m: print(m, flush=True))
+        curve.write_csv(args.out)
+        atomic_write_json(args.out.with_suffix(".json"), {"suggestion": curve.suggestion, "rule": lr_find.RULE,
+                                                         "suggestions": curve.suggestions(),
+                                                         "stopped_early": curve.stopped_early,
+                                                         "steps": len(curve.lrs)})
+        how = "stopped when the loss exploded" if curve.stopped_early else "ran to the end of the range"
+        print(f"{len(curve.lrs)} steps, lr {curve.lrs[0]:.1e} to {curve.lrs[-1]:.1e} ({how}); curve: {args.out}")
+        if curve.suggestion is None:
+            print("no suggestion: the loss never fell over the range (try more --steps or another optimizer)")
+            return 0
+        print(f"suggested peak lr: {curve.suggestion:.2g} ({lr_find.RULE}); try it with "
+              f"--set lr={curve.suggestion:.2g}")
         return 0
-    print(f"suggested peak lr: {curve.suggestion:.2g} ({lr_find.RULE}); try it with "
-          f"--set lr={curve.suggestion:.2g}")
-    return 0
+
+    return tool_in_turn(args, "lr-find", cfg.device, "lr range test", test)
+
+
+def cmd_predraw(args) -> int:
+    """`predraw DATASET`: the pen-stroke copies of its training digits made now (in its turn on the CPU)."""
+    data_dir = args.data_dir or default_data_dir()
+    return tool_in_turn(args, "predraw", "cpu", f"pen-stroke drawing of {args.dataset}", lambda turn: predraw.predraw(
+        args.dataset, data_dir, args.share, progress=lambda m: print(m, flush=True)) or 0)
+
+
+def tool_in_turn(args, kind: str, device: str, title: str, work) -> int:
+    """Run `work(turn)` in this job's turn in the queue: in the job folder a registry made (--job), else in one
+    made now; the place in line is printed while it waits."""
+    runs_dir = args.runs_dir or default_runs_dir()
+    if args.job is not None:
+        job = Run(args.job)
+        if job_info(job.path).get("kind") != kind:
+            raise BadInput(f"--job {args.job}: not a {kind} job folder")
+    else:
+        job = new_job(runs_dir, kind, device, title=title)
+    return in_turn(job, work, say=say_waiting)
 
 
 def cmd_teach(args) -> int:
@@ -321,7 +347,7 @@ def cmd_teach(args) -> int:
     except TeachError as exc:
         raise BadInput(str(exc)) from None
     ensure_dataset(cfg.dataset, data_dir)
-    run = create_run(args.runs_dir or default_runs_dir(), new_run_config(cfg, data_dir))
+    run = new_runs(args.runs_dir or default_runs_dir(), [cfg], data_dir)[0]
     print(f"run directory: {run.path}\nteaching {args.checkpoint} your drawings: {cfg.epochs} epochs, "
           f"{100 * cfg.my_drawings:g}% of each epoch drawings, peak lr {cfg.lr:g}", flush=True)
     state = train_in_turn(run, data_dir=data_dir, printer=ProgressPrinter(), say=say_waiting)

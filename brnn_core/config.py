@@ -48,8 +48,8 @@ BEST_BY = ("val_loss", "val_accuracy")
 LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
 # What a run made before a setting existed trained with (its config.json lacks the key): it resumes, and its
 # live values read, as it was; the one home of these (the worker's config, the page's live values).
-PRE_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0,
-                "amp": "off", "tensorboard": False}
+OLDER_RUN_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0,
+                      "amp": "off", "tensorboard": False}
 # Fields that change what a run records, not how it trains: runs that differ only in them are one seed group.
 RECORDING_FIELDS = ("tensorboard",)
 

@@ -27,9 +27,8 @@ from brnn_core.config import (
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
 from brnn_core.devices import amp_auto_label, device_choices
 from brnn_core.model import CELL_TITLES, INPUT_SCALES, ModelConfig, network_name
-from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
 from brnn_core.runs.progress import lr_plan, progress_text
-from brnn_core.runs.protocol import STOP
+from brnn_core.runs.protocol import STOP, live_settings, outcomes, send_live_changes
 from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.runs.seeds import SeedsError
@@ -59,7 +58,7 @@ asked = TrainConfig(**{k: st.session_state.get(form_key(k), form[k]) for k in ("
 st.title("Train a recurrent network")
 st.caption(f"The form trains a {network_name(asked)}: each 28×28 image is read row by row, 28 steps of 28 pixels, "
            + ("top down and bottom up." if asked.bidirectional else "top down."))
-predraw_progress(data_dir)
+predraw_progress(runs_dir, data_dir)
 run = run_picker(runs_dir)
 status = run.status() if run else {}
 state = status.get("state")
@@ -170,7 +169,7 @@ with left:
 # ------------------------------------------------------------------ buttons
 def on_start() -> None:
     """Start one run per seed; while something trains they wait in the queue (the page says where)."""
-    busy = active_run_id(runs_dir)
+    busy = registry().busy(runs_dir)
     try:
         seeds = form_seeds()
         new = registry().start_seeds(runs_dir, TrainConfig.from_dict(form_now(data_dir)), seeds, data_dir=data_dir)
@@ -180,7 +179,7 @@ def on_start() -> None:
         return
     select_run(new[0].id)
     if busy:
-        flash("success", f"Queued {', '.join(r.id for r in new)}: "
+        flash("success", f"Queued {', '.join(r.id for r in new)} ({busy}): "
               f"{'they start one after another' if len(new) > 1 else 'it starts'} when the device is free.")
     else:
         flash("success", f"Started run {new[0].id}." + (f" Queued after it: {', '.join(r.id for r in new[1:])}."
@@ -310,7 +309,7 @@ def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, plan: 
     return memo("figures", key, lambda: [
         charts.train_loss_figure(metrics, smoothing=smoothing, log_y=log_y, revision=rev),
         charts.epoch_loss_figure(metrics, revision=rev), charts.accuracy_figure(metrics, revision=rev),
-        charts.lr_figure(metrics, revision=rev, plan=plan)])
+        charts.lr_figure(plan, revision=rev)])
 
 
 def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool) -> None:

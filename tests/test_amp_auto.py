@@ -11,7 +11,7 @@ import torch
 
 from brnn_core import devices
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.config import AMP_MODES, PRE_DEFAULTS, TrainConfig
+from brnn_core.config import AMP_MODES, OLDER_RUN_DEFAULTS, TrainConfig
 from brnn_core.data.batching import to_input
 from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.branch import plan_branch
@@ -68,7 +68,7 @@ def test_a_run_records_what_auto_resolved_to_and_a_resume_keeps_it(tmp_path, mon
 
 
 def test_a_run_from_before_auto_resumes_in_fp32(tmp_path, monkeypatch):
-    assert PRE_DEFAULTS["amp"] == "off"
+    assert OLDER_RUN_DEFAULTS["amp"] == "off"
     runs, data = tmp_path / "runs", tmp_path / "data"
     config = new_run_config(TrainConfig.from_dict({**RUN, "epochs": 1}), data)
     del config["train"]["amp"]  # a config.json written before the setting existed: not auto, whatever the default

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import no_exception, open_page
 
+from brnn_core.runs.job_queue import JOBS_DIR
+from brnn_core.runs.rundir import Run
 from ui.lr_finder import _JOB
 
 
@@ -35,18 +37,5 @@ def test_find_a_learning_rate_and_use_it(dirs, monkeypatch, idx_data):
     assert at.number_input(key="w_lr").value == pytest.approx(suggested)
     assert not any((runs_dir / p).is_dir() and (runs_dir / p / "config.json").exists() for p in
                    (x.name for x in runs_dir.iterdir()))  # no run was created
-
-
-def test_old_range_tests_files_are_removed_the_newest_kept(tmp_path):
-    import os
-
-    from ui.lr_finder import tidy
-
-    for k in range(5):
-        for suffix in ("-config.json", ".csv", ".json", ".log"):
-            path = tmp_path / f"t{k}{suffix}"
-            path.write_text("x")
-            os.utime(path, (1000 + k, 1000 + k))
-    tidy(tmp_path, keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        f"t{k}{suffix}" for k in (3, 4) for suffix in ("-config.json", ".csv", ".json", ".log"))
+    (job,) = (runs_dir / JOBS_DIR).glob("lr-find-*")  # a job of the queue, which took its turn and ended
+    assert Run(job).status()["state"] == "finished" and Run(job).status()["started"]  # it had its turn

@@ -14,7 +14,7 @@ from helpers import build_app, copy_run, no_exception
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig
-from brnn_core.runs import queue
+from brnn_core.runs import job_queue as queue
 from brnn_core.runs.rundir import list_runs
 from brnn_core.sweep.records import BEST_CONFIG, Sweep, sweeps_dir
 

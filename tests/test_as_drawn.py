@@ -7,10 +7,11 @@ import pytest
 import torch
 from helpers import make_run, run_cli
 
-from brnn_core.config import TrainConfig, resolve_drawn_share
+from brnn_core.config import OLDER_RUN_DEFAULTS, TrainConfig, resolve_drawn_share
 from brnn_core.data import as_drawn, canvas
 from brnn_core.data.batching import split_train_val
-from brnn_core.training.worker import PRE_DEFAULTS, load_splits, train_run_dir
+from brnn_core.training.splits import load_splits
+from brnn_core.training.worker import train_run_dir
 
 
 def test_the_redrawn_share_is_fixed_by_the_dataset_size():
@@ -112,7 +113,7 @@ def test_only_the_training_split_of_a_digit_dataset_is_redrawn(sample, tmp_path)
 def test_clothes_and_runs_from_before_are_never_redrawn():
     assert resolve_drawn_share(0.5, "mnist") == resolve_drawn_share(0.5, "mnist-sample") == 0.5
     assert resolve_drawn_share(0.5, "fashion-mnist") == resolve_drawn_share(0.5, "kmnist") == 0.0
-    assert PRE_DEFAULTS["drawn_share"] == 0.0  # a run made before the setting resumes on the data it began with
+    assert OLDER_RUN_DEFAULTS["drawn_share"] == 0.0  # a run made before the setting resumes on the data it began with
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from helpers import copy_run, kill_workers, make_run, wait_for
 from brnn_core import charts, cli
 from brnn_core.checkpoint import load_checkpoint, save_checkpoint
 from brnn_core.model import ModelConfig, RecurrentClassifier
-from brnn_core.runs import queue
+from brnn_core.runs import job_queue as queue
 from brnn_core.runs.branch import PARENT_CKPT, BranchError, branch_points, create_branch, plan_branch, with_parents
 from brnn_core.runs.jobs import JobRegistry
 from brnn_core.runs.rundir import Run, create_run, list_runs

@@ -3,8 +3,10 @@
 import numpy as np
 import pandas as pd
 import plotly.colors
+import pytest
 
 from brnn_core import charts
+from brnn_core.runs.progress import lr_plan
 from brnn_core.runs.rundir import METRIC_COLUMNS
 
 
@@ -52,18 +54,21 @@ def test_figures_keep_zoom_and_explain_empty_charts():
     fig = charts.train_loss_figure(df, smoothing=0.5, log_y=True, revision="run-1")
     assert [t.name for t in fig.data] == ["raw", "smoothed (0.50)"]
     assert fig.layout.yaxis.type == "log"
-    assert list(charts.lr_figure(df).data[0].y) == [0.01, 0.001]
+    empty_lr = charts.lr_figure(([], []))
+    assert not empty_lr.data and "waiting" in empty_lr.layout.annotations[0].text
 
 
 def test_a_live_lr_chart_changes_only_with_the_lr():
-    """Drawn to the planned last step, the figure stays the same while steps arrive at one lr: the browser
-    then skips the redraw (each costs training speed on a small machine)."""
-    rows = [(s, s / 100, "train", 2.0, None, 0.01, 100.0, s / 10) for s in (10, 20, 30)]
-    before = charts.lr_figure(metrics_frame(rows[:2]), until_step=100).to_json()
-    assert charts.lr_figure(metrics_frame(rows), until_step=100).to_json() == before
-    changed = charts.lr_figure(metrics_frame([*rows, (40, 0.4, "train", 2.0, None, 0.001, 100.0, 4.0)]),
-                               until_step=100)
-    assert list(changed.data[0].x) == [10, 40, 100] and list(changed.data[0].y) == [0.01, 0.001, 0.001]
+    """Drawn from the schedule's plan to the planned last step, the figure stays the same while steps arrive at
+    one lr: the browser then skips the redraw (each costs training speed on a small machine)."""
+    config = {"train": {"lr": 0.01, "lr_schedule": "constant", "epochs": 2}}
+    status = {"steps_per_epoch": 50}
+    before = charts.lr_figure(lr_plan(config, status, [])).to_json()
+    assert charts.lr_figure(lr_plan(config, {**status, "step": 30}, [])).to_json() == before
+    live = [{"kind": "set", "field": "lr", "step": 40, "new": 0.001}]
+    changed = charts.lr_figure(lr_plan(config, status, live))
+    assert changed.to_json() != before and changed.data[0].y[-1] == pytest.approx(0.001)
+    assert changed.data[0].x[-1] == 99  # to the planned last step (steps count from 0)
 
 
 def test_probability_and_confusion_figures():

@@ -32,7 +32,7 @@ from brnn_core.config import (
 )
 from brnn_core.devices import DeviceError, cpu_has_bf16, device_problem, resolve_device
 from brnn_core.runs.rundir import new_run_config
-from brnn_core.training.session import LiveSettings
+from brnn_core.training.commands import LiveSettings
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
 

@@ -20,11 +20,11 @@ from helpers import TINY_STEPS_PER_EPOCH as SPE
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.model import ModelConfig, RecurrentClassifier
-from brnn_core.runs.commands import Outcome, live_settings, outcomes, send_live_changes
+from brnn_core.runs.protocol import Outcome, live_settings, outcomes, send_live_changes
 from brnn_core.runs.rundir import Run, create_run
 from brnn_core.training.engine import make_optimizer
 from brnn_core.training.recorder import Position
-from brnn_core.training.session import HEARTBEAT_S, TrainingSession
+from brnn_core.training.session import STATUS_EVERY_S, TrainingSession
 from brnn_core.training.worker import train_run_dir
 
 LIVE = {"lr": 0.01, "grad_clip": 0.0, "epochs": 3, "augment": "off"}
@@ -76,7 +76,7 @@ def test_pause_blocks_between_steps_until_resume_and_both_are_acknowledged(run, 
     beat = run.stored_status().get("heartbeat", 0)
     waiter.start()
     # While paused the worker keeps beating (the dashboard then knows it is alive) and takes no step.
-    wait_for(lambda: run.stored_status().get("heartbeat", 0) > beat + HEARTBEAT_S, 30, "a heartbeat while paused")
+    wait_for(lambda: run.stored_status().get("heartbeat", 0) > beat + STATUS_EVERY_S, 30, "a heartbeat while paused")
     assert waiter.is_alive() and not returned and run.stored_status()["state"] == "paused"
 
     resume = run.send_command("resume")
@@ -242,7 +242,7 @@ def test_a_training_run_pauses_changes_lr_resumes_and_stops_at_the_commanded_ste
 
     def set_lr_and_resume() -> None:
         paused = wait_for(lambda: (s := run.stored_status())["state"] == "paused" and s, 60, "the run to pause")
-        wait_for(lambda: run.stored_status()["heartbeat"] > paused["heartbeat"] + HEARTBEAT_S, 30, "a heartbeat")
+        wait_for(lambda: run.stored_status()["heartbeat"] > paused["heartbeat"] + STATUS_EVERY_S, 30, "a heartbeat")
         assert run.stored_status()["step"] == 3  # paused: no step taken
         sent.update(send_live_changes(run, live_settings(run, run.stored_status()), {"lr": 0.001}))
         sent[run.send_command("resume")] = "Resume"

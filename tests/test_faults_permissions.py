@@ -109,6 +109,8 @@ def test_read_only_runs_folder_for_an_unprivileged_worker(zygote, idx_data):
         for path in [run.path, *run.path.iterdir()]:
             if path != run.checkpoint_dir:
                 os.chown(path, user.pw_uid, user.pw_gid)
+        (runs_dir / ".devices").mkdir()  # its device slots are usable (a slot nobody can lock is never free)
+        os.chown(runs_dir / ".devices", user.pw_uid, user.pw_gid)
         pid = zygote.fork(["worker", run.path, "--data-dir", idx_data], base / "worker.log", **nobody)
         try:
             rc = zygote.wait(pid, timeout=300)

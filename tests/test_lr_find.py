@@ -1,5 +1,6 @@
 """The learning-rate range test (brnn_core.training.lr_find, `python -m brnn_core lr-find`): a real test on the
-real sample digits, its CSV, its suggestion and rule, nothing saved as a run; and the rule on a known curve."""
+real sample digits in its turn in the queue, its CSV, its suggestion and rule, nothing saved as a run; and the
+rule on a known curve."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import numpy as np
 import pytest
 from helpers import run_cli
 
+from brnn_core.runs.job_queue import JOBS_DIR
+from brnn_core.runs.rundir import Run, list_runs
 from brnn_core.training.lr_find import DEFAULT_RULE, RULES, SAFETY, suggest
 
 
@@ -40,6 +43,8 @@ def test_lr_find_on_the_sample(tmp_path, idx_data):
     found = re.search(r"suggested peak lr: (\S+) \(" + re.escape(RULES[DEFAULT_RULE]), out.stdout)
     assert found, out.stdout
     assert 1e-5 < float(found.group(1)) < 1
-    assert not runs_dir.exists() or not any(runs_dir.iterdir())  # a throwaway model: no run
+    assert list_runs(runs_dir) == []  # a throwaway model: no run, but a job that took its turn in the queue
+    (job,) = (runs_dir / JOBS_DIR).iterdir()
+    assert Run(job).status()["state"] == "finished" and Run(job).status()["started"]  # it had its turn
     bad = run_cli(["lr-find", "--steps", "5"], runs_dir, idx_data)
     assert bad.returncode == 2 and "--steps" in bad.stderr

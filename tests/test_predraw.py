@@ -1,5 +1,6 @@
-"""Training digits drawn as canvas strokes ahead of the first run (brnn_core.data.predraw): the command, its
-marker, the lock that makes a second drawer wait instead of drawing again, and the Train page's progress."""
+"""Training digits drawn as canvas strokes ahead of the first run (brnn_core.data.predraw): the command (a job in
+the queue), its marker, the lock that makes a second drawer wait instead of drawing again, and the Train page's
+progress."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from brnn_core.config import TrainConfig
 from brnn_core.data import as_drawn
 from brnn_core.data.loading import load_dataset
 from brnn_core.data.predraw import last_progress, marker, needed
+from brnn_core.runs import job_queue
+from brnn_core.runs.job_queue import JOBS_DIR
+from brnn_core.runs.rundir import Run
 from ui import warmup
 
 N_TRAIN = 200  # noise images: each is kept as written (too much ink off its skeleton), so drawing is quick
@@ -32,7 +36,8 @@ def digits(tmp_path, monkeypatch):
 
 
 def predraw_process(data_dir) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "brnn_core.data.predraw", "mnist", "--data-dir", str(data_dir)],
+    return subprocess.Popen([sys.executable, "-m", "brnn_core", "predraw", "mnist", "--data-dir", str(data_dir),
+                             "--runs-dir", str(data_dir.parent / "runs")],
                             cwd=REPO, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -57,6 +62,23 @@ def test_the_command_draws_once_and_leaves_a_marker(digits):
     again = predraw_process(digits)
     out, _ = again.communicate(timeout=120)
     assert again.returncode == 0 and "drawing" not in out, out  # read from the cache
+    jobs = [Run(p) for p in (digits.parent / "runs" / JOBS_DIR).iterdir()]
+    assert [job.status()["state"] for job in jobs] == ["finished", "finished"]  # each took its turn in the queue
+
+
+@pytest.mark.worker
+def test_the_command_waits_for_the_cpu_like_a_run(digits):
+    slot = job_queue.try_take(digits.parent / "runs", "cpu")  # a run trains on the CPU (this process holds it)
+    try:
+        proc = predraw_process(digits)
+        line = proc.stdout.readline()
+        assert line.startswith("queued: 1st in line, for cpu (held by another process)"), line
+        time.sleep(1.0)
+        assert proc.poll() is None and not marker("mnist", SHARE, digits).exists()  # it did not draw meanwhile
+    finally:
+        slot.release()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and marker("mnist", SHARE, digits).exists(), out
 
 
 def test_nothing_is_needed_for_clothes_or_a_dataset_that_is_not_on_disk(tmp_path):
@@ -92,7 +114,8 @@ def test_last_progress_reads_the_newest_line(tmp_path):
 @pytest.mark.worker
 def test_the_train_page_shows_the_background_drawing_until_it_is_done(digits, tmp_path, monkeypatch):
     """A fresh server's first page starts the drawing; the Train page shows it while it runs, then not."""
-    monkeypatch.setenv("BRNN_RUNS_DIR", str(tmp_path / "runs"))
+    runs_dir = tmp_path / "runs"
+    monkeypatch.setenv("BRNN_RUNS_DIR", str(runs_dir))
     monkeypatch.setenv("BRNN_DATA_DIR", str(digits))
     lock, _ = drawing_lock(digits)
     with open(lock, "a") as held:
@@ -100,14 +123,14 @@ def test_the_train_page_shows_the_background_drawing_until_it_is_done(digits, tm
         at = build_app()
         at.run()
         no_exception(at)
-        log = as_drawn.cache_dir(digits) / "predraw.log"
+        log = warmup.predraw(str(runs_dir), str(digits)).log  # the server's one background drawer (cache_resource)
         deadline = time.time() + 60
         while "waiting" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
             time.sleep(0.2)
         at.run()
         (bar,) = [p for p in at.get("progress") if "ready for its first run" in p.proto.text]
         assert bar.proto.text.startswith("Getting mnist ready for its first run: waiting for another process")
-    warmup.predraw(str(digits)).proc.wait(timeout=120)  # the server's one background drawer (cache_resource)
+    warmup.predraw(str(runs_dir), str(digits)).proc.wait(timeout=120)
     assert marker("mnist", SHARE, digits).exists()
     at.run()
     assert not [p for p in at.get("progress") if "ready for its first run" in p.proto.text]

@@ -24,7 +24,7 @@ from helpers import (
     worker_environ,
 )
 
-from brnn_core.runs import queue
+from brnn_core.runs import job_queue as queue
 from brnn_core.runs.index import seed_group
 from brnn_core.runs.jobs import JobRegistry
 from brnn_core.runs.rundir import Run
@@ -67,7 +67,7 @@ def test_queued_runs_train_in_order_a_killed_worker_frees_the_device_and_a_cance
 
             # a new registry (a restarted dashboard) finds the same queue on disk, in the same order
             JobRegistry()
-            assert [e.run_id for e in queue.scan(runs_dir, queue.Machine()).waiting] == [r.id for r in later]
+            assert [e.job_id for e in queue.scan(runs_dir, queue.Machine()).waiting] == [r.id for r in later]
 
             # the middle one is cancelled: it ends stopped without training, and the last moves up
             cancelled = later.pop(1)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import stop_process, torch_threads
 
-from brnn_core.runs.jobs import worker_environ
+from brnn_core.runs.jobs import job_environ
 from brnn_core.training import threads
 from brnn_core.training.threads import Claim, CpuClaims, ThreadKeeper, plan_threads
 
@@ -66,7 +66,7 @@ def test_cpu_load_sees_another_busy_process():
 
 def test_worker_environment_keeps_the_users_openmp_settings(tmp_path):
     """libgomp's default wait policy measured fastest (threads.py): the worker adds none, and keeps the user's."""
-    env = worker_environ({"PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE"}, tmp_path)
+    env = job_environ({"PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE"}, tmp_path)
     assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["BRNN_DATA_DIR"] == str(tmp_path)
     assert "GOMP_SPINCOUNT" not in env
 

@@ -24,9 +24,10 @@ from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.branch import PARENT_CKPT, create_branch
 from brnn_core.runs.rundir import Run
+from brnn_core.training.commands import LiveSettings
 from brnn_core.training.engine import make_optimizer
 from brnn_core.training.recorder import Position
-from brnn_core.training.session import LiveSettings, TrainingSession
+from brnn_core.training.session import TrainingSession
 from brnn_core.training.warmstart import choose_start, drop_metrics_after, drop_start_copy, start_from_checkpoint
 from brnn_core.training.worker import train_run_dir
 

@@ -12,7 +12,6 @@ from brnn_core.runs.index_store import STORE_NAME
 from brnn_core.runs.jobs import JobRegistry
 from brnn_core.runs.rundir import Run, RunError, default_runs_dir, validate_run_id
 from brnn_core.states import ACTIVE_STATES, State
-from brnn_core.sweep.launch import sweep_busy
 
 # Streamlit's built-in Material icons and colours: they render without any emoji font.
 STATE_STYLE = {State.QUEUED: ("gray", "hourglass_empty"), State.LOADING: ("gray", "hourglass_top"),
@@ -45,7 +44,7 @@ def folders() -> tuple[Path, Path]:
 @st.cache_resource
 def registry() -> JobRegistry:
     """One registry per server, shared by all sessions (it is thread-safe)."""
-    return JobRegistry(also_busy=sweep_busy)  # runs and sweeps: one job trains at a time
+    return JobRegistry()
 
 
 @st.cache_resource
@@ -96,7 +95,8 @@ def current_run(runs_dir: Path, statuses: dict[str, dict] | None = None) -> Run 
 
 
 def active_run_id(runs_dir: Path) -> str | None:
-    """The newest run that is training (or about to), if any."""
+    """The newest run that is training (or about to), if any: the one a page links to (whether the machine is
+    busy is the queue's to say: `registry().busy`)."""
     statuses = run_index(runs_dir).statuses()
     return next((i for i, s in statuses.items() if s.get("state") in ACTIVE_STATES), None)
 

@@ -1,11 +1,9 @@
-"""The Train page's **Find a learning rate**: `python -m brnn_core lr-find` on the form's settings as a background
-job, its progress, the loss against lr with the suggestion marked, and **Use this lr**, which fills the form."""
+"""The Train page's **Find a learning rate**: `python -m brnn_core lr-find` on the form's settings as a job of the
+shared registry (it waits for its device like a run), its progress, the loss against lr with the suggestion
+marked, and **Use this lr**, which fills the form."""
 
 from __future__ import annotations
 
-import os
-import secrets
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,38 +12,20 @@ import streamlit as st
 from brnn_core import charts
 from brnn_core.config import TrainConfig
 from brnn_core.fileio import atomic_write_json, read_json
-from brnn_core.runs.jobs import spawn
+from ui.common import registry
 from ui.state import fill_train_form
 
 _JOB = "lr_find_job"
-FOLDER = ".lr-find"  # in the runs folder, beside the runs (not a run: nothing in it is listed)
-KEPT = 10  # the newest tests' files stay (another browser session may still be showing one); older ones go
 
 
 def _start(config: TrainConfig, runs_dir: Path, data_dir: Path) -> None:
-    folder = Path(runs_dir) / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    tidy(folder)
-    name = secrets.token_hex(4)
-    settings, out = folder / f"{name}-config.json", folder / f"{name}.csv"
-    atomic_write_json(settings, config.to_dict())
-    proc = spawn([sys.executable, "-m", "brnn_core", "lr-find", "--config", str(settings), "--out", str(out),
-                  "--data-dir", str(data_dir)], folder / f"{name}.log", dict(os.environ))
-    st.session_state[_JOB] = {"out": str(out), "log": str(folder / f"{name}.log"), "proc": proc}
+    def args(job) -> list[str]:
+        atomic_write_json(job.path / "train.json", config.to_dict())
+        return ["--config", str(job.path / "train.json"), "--out", str(job.path / "curve.csv"),
+                "--data-dir", str(data_dir)]
 
-
-def tidy(folder: Path, keep: int = KEPT) -> None:
-    """Remove the files of all but the `keep` newest tests (config, curve, summary and log share a test's name)."""
-    def test_name(path: Path) -> str:
-        return path.name.split("-")[0].split(".")[0]
-
-    newest: dict[str, float] = {}
-    for path in folder.iterdir():
-        newest[test_name(path)] = max(newest.get(test_name(path), 0.0), path.stat().st_mtime)
-    old = set(sorted(newest, key=newest.get, reverse=True)[keep:])
-    for path in folder.iterdir():
-        if test_name(path) in old:
-            path.unlink(missing_ok=True)
+    job, proc = registry().tool(runs_dir, "lr-find", config.device, args, data_dir=data_dir, title="lr range test")
+    st.session_state[_JOB] = {"out": str(job.path / "curve.csv"), "log": str(job.path / "job.log"), "proc": proc}
 
 
 def _use(lr: float, data_dir: Path) -> None:
@@ -60,7 +40,7 @@ def lr_finder_panel(config: TrainConfig | None, runs_dir: Path, data_dir: Path, 
               on_click=_start, args=(config, runs_dir, data_dir),
               help="An lr range test on a throwaway copy of this model (a few hundred steps, the lr growing from "
                    "1e-6 to 1): the loss against lr, and a suggested peak lr. Same as `python -m brnn_core lr-find`."
-                   + (" A run is training: the test shares the CPU with it." if training else ""))
+                   + (" A run is training: the test waits for its device in the queue." if training else ""))
     if job is not None:
         st.fragment(run_every=1.0 if running else None)(_result)(data_dir)
 

@@ -1,12 +1,12 @@
 """A fresh server's first contact: a message while PyTorch loads, and the default dataset's pen-stroke copies
-of training digits made in the background (brnn_core.data.predraw), with their progress on the Train page.
+of training digits made in the background (`python -m brnn_core predraw`, a job of the shared registry that waits
+for the CPU like a run), with their progress on the Train page.
 
 Only streamlit is imported at module level: this runs before the first page can draw anything.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -40,44 +40,41 @@ class Predraw:
 
 
 @st.cache_resource(show_spinner=False)
-def predraw(data_dir: str) -> Predraw | None:
+def predraw(runs_dir: str, data_dir: str) -> Predraw | None:
     """Once per server: start making the default dataset's pen-stroke copies (None when there is nothing to make)."""
     from brnn_core.config import TrainConfig
-    from brnn_core.data.as_drawn import cache_dir
     from brnn_core.data.datasets import default_dataset
     from brnn_core.data.predraw import needed
-    from brnn_core.runs.jobs import with_this_checkout
+    from ui.common import registry
 
-    dataset = default_dataset(Path(data_dir))
-    if not needed(dataset, Path(data_dir), TrainConfig().drawn_share):
+    dataset, share = default_dataset(Path(data_dir)), TrainConfig().drawn_share
+    if not needed(dataset, Path(data_dir), share):
         return None
-    log = cache_dir(Path(data_dir)) / "predraw.log"
-    try:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "wb") as out:  # in the server's process group: Ctrl-C ends both
-            proc = subprocess.Popen([sys.executable, "-m", "brnn_core.data.predraw", dataset, "--data-dir", data_dir],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=with_this_checkout(dict(os.environ)))
+    try:  # in the server's process group (own_session False): Ctrl-C ends both
+        job, proc = registry().tool(Path(runs_dir), "predraw", "cpu", lambda job: [dataset, "--data-dir", data_dir,
+                                    "--share", f"{share:g}"], title=f"pen-stroke drawing of {dataset}",
+                                    own_session=False)
     except OSError:
-        return None  # an unwritable data folder: the first run draws them itself, with its progress
-    return Predraw(dataset, proc, log)
+        return None  # an unwritable runs folder: the first run draws them itself, with its progress
+    return Predraw(dataset, proc, job.path / "job.log")
 
 
 def start_predraw() -> None:
     """Call on every page run: the first one starts the background pen-stroke copies."""
     from brnn_core.data.datasets import default_data_dir
+    from brnn_core.runs.rundir import default_runs_dir
 
-    job = predraw(str(default_data_dir()))
+    job = predraw(str(default_runs_dir()), str(default_data_dir()))
     if job is not None:
         job.running()
 
 
-def predraw_progress(data_dir: Path) -> None:
+def predraw_progress(runs_dir: Path, data_dir: Path) -> None:
     """While the pen-stroke copies are made: their progress, updated every second (a fragment); then nothing."""
     from brnn_core.data.predraw import last_progress
 
     slot = st.container()  # always one element here, running or not: the page's next elements keep their place
-    job = predraw(str(data_dir))
+    job = predraw(str(runs_dir), str(data_dir))
     if job is None or not job.running():
         return
 

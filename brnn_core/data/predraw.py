@@ -1,23 +1,21 @@
 """A dataset's pen-stroke copies of training digits made ahead of its first run (as_drawn's cache), with progress.
 
-`python -m brnn_core.data.predraw DATASET [--data-dir D]` prints one progress line at a time; the dashboard
-starts it when its server starts (ui/warmup.py), so the first run on the default dataset reads the pen-stroke copies
-instead of making them, and the sweep CLI calls `predraw` before its trials. A dataset already done leaves a marker
-file, so a later server does not even load it.
+`python -m brnn_core predraw DATASET` (a job that waits for the CPU in the queue, cli.cmd_predraw) prints one
+progress line at a time; the dashboard starts it when its server starts (ui/warmup.py), so the first run on the
+default dataset reads the pen-stroke copies instead of making them, and the sweep CLI calls `predraw` in its turn
+before its trials. A dataset already done leaves a marker file, so a later server does not even load it.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from brnn_core.config import TrainConfig, resolve_drawn_share
+from brnn_core.config import resolve_drawn_share
 from brnn_core.data import as_drawn
-from brnn_core.data.datasets import DATASETS, default_data_dir, find_files
+from brnn_core.data.datasets import find_files
 
 PROGRESS = re.compile(r"(\d[\d,]*)/(\d[\d,]*)\s*$")
 
@@ -57,19 +55,3 @@ def last_progress(log: Path) -> tuple[str, int, int] | None:
     found = PROGRESS.search(lines[-1])
     done, total = (int(g.replace(",", "")) for g in found.groups()) if found else (0, 0)
     return lines[-1], done, total
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m brnn_core.data.predraw", description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", choices=list(DATASETS))
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="the data folder (default: $BRNN_DATA_DIR or ./data)")
-    parser.add_argument("--share", type=float, default=TrainConfig().drawn_share,
-                        help="the share of training digits given pen-stroke copies (the Train form's default)")
-    args = parser.parse_args(argv)
-    predraw(args.dataset, args.data_dir or default_data_dir(), args.share, progress=lambda m: print(m, flush=True))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

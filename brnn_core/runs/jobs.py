@@ -1,11 +1,12 @@
-"""Background jobs, the dashboard's side: start training workers (and sweep drivers) and keep track of them.
+"""The front door: everything that trains or holds a device starts here, and waits in the one queue for its turn
+(runs.job_queue). docs/architecture.md, "The front door", shows who calls what.
 
-The dashboard never trains in its own process: a crash must not take the UI down and GPU
-memory must be freed when a run ends. `start_worker` creates the run directory and spawns the worker,
-`python -m brnn_core.training.worker DIR`; the page then steers it through the control channel
-(`Run.send_command`, runs.protocol) and reads the run directory. `spawn` is how every background process
-starts (workers here, sweep drivers in sweep.launch). `JobRegistry` is the one place the dashboard starts
-anything, runs and sweeps alike: a run started while others train waits its turn (runs.queue).
+Runs (new ones, a seed group, a matrix of seed groups, a resume, a branch, Teach it's fine-tune) are checked and
+queued by `new_runs`, `prepare_resume` and runs.branch, once for the dashboard, the CLI and Python alike. Then a
+run trains either in a worker process of its own (`JobRegistry`: the dashboard's way, and a notebook's), or in
+the caller's process (the CLI: training.worker.train_in_turn); both wait in the queue first. Jobs that are not
+runs (an lr range test, a predraw, a sweep's driver) are job folders in the same queue (`JobRegistry.tool` starts
+one; `in_turn` is how their own process waits, runs and records the end).
 """
 
 from __future__ import annotations
@@ -19,39 +20,97 @@ from pathlib import Path
 
 import psutil
 
-from brnn_core.config import TrainConfig
-from brnn_core.runs import lifecycle, worker_lock
+from brnn_core.config import LIVE_FIELDS, TrainConfig
+from brnn_core.locks import LockError
+from brnn_core.runs import job_queue, lifecycle, worker_lock
 from brnn_core.runs.branch import create_branch
-from brnn_core.runs.retention import resume_problem
+from brnn_core.runs.protocol import SET
+from brnn_core.runs.retention import resume_problem as pruned_problem
 from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config
 from brnn_core.runs.seeds import seed_configs
-from brnn_core.states import ACTIVE_STATES
+from brnn_core.states import ACTIVE_STATES, State
 
 WORKER_MODULE = "brnn_core.training.worker"
 
 
-def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
-    """The worker's argument list (never a shell line: a run directory is one argument, whatever it holds)."""
-    return [sys.executable, "-m", WORKER_MODULE, str(run_dir), *(["--resume"] if resume else [])]
+class DuplicateRun(RunError):
+    """A start of exactly the settings (seed included) of a run that is still queued or training."""
+
+    def __init__(self, message: str, run_id: str):
+        super().__init__(message)
+        self.run_id = run_id
 
 
-def worker_environ(base: dict[str, str], data_dir: Path | None = None) -> dict[str, str]:
-    """The worker process's environment: `base` (the server's), the data folder and plain progress lines."""
-    env = dict(base)
-    if data_dir is not None:
-        env["BRNN_DATA_DIR"] = str(data_dir)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("BRNN_PROGRESS", "plain")
-    return env
+# ---------------------------------------------------------------- the checks, once
+def new_runs(runs_dir: Path, cfgs: list[TrainConfig], data_dir: Path | None = None) -> list[Run]:
+    """Run directories for `cfgs`, in that order, each `queued`; none when one is invalid or duplicates a run
+    that is still queued or training (the same seed trains the same run: a second click, not an experiment)."""
+    for cfg in cfgs:
+        cfg.validate()
+    active = {r.id: r.config().get("train") for r in list_runs(runs_dir) if r.status().get("state") in ACTIVE_STATES}
+    for cfg in cfgs:
+        same = next((run_id for run_id, train in active.items() if train == cfg.to_dict()), None)
+        if same:
+            raise DuplicateRun(f"run {same} has exactly these settings (seed {cfg.seed}) and is still queued or "
+                               "training; change the seed to train another", same)
+    return [create_run(runs_dir, new_run_config(cfg, data_dir)) for cfg in cfgs]
 
 
-def spawn(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
-    """Start a background process in a session of its own (a page's rerun or Ctrl-C never reaches it), its
-    output appended to `log_path`."""
+def resume_problem(run: Run, live: dict | None = None) -> str | None:
+    """Why `run` cannot be resumed with the live changes `live` (None: it can), for every caller alike."""
+    live = live or {}
+    fixed = sorted(set(live) - set(LIVE_FIELDS))
+    if fixed:
+        return (f"a resume continues a run with its own config; only {', '.join(LIVE_FIELDS)} can change "
+                f"(e.g. epochs=5), not {', '.join(fixed)}")
+    status = run.status()
+    state = status.get("state")
+    if state in ACTIVE_STATES:
+        return f"run {run.id} is still {state}; stop it before resuming"
+    try:
+        if worker_lock.held(run.path):  # a live worker, whatever its (lost or rewritten) status.json says
+            return f"run {run.id} is being trained by another live process; stop it before resuming"
+    except LockError as exc:  # its worker lock cannot be taken: no worker could train it
+        return str(exc)
+    return finished_problem(run, status, live) or pruned_problem(run, status)
+
+
+def finished_problem(run: Run, status: dict, live: dict) -> str | None:
+    """Why resuming a finished run would do nothing but test it again (None: it trains more epochs)."""
+    if status.get("state") != State.FINISHED:
+        return None
+    done = int(status.get("epoch") or 0)
+    try:
+        wanted = int(float(live["epochs"])) if "epochs" in live else done
+    except ValueError:
+        wanted = done  # the worker's own check words a bad value; here it only must not pass as more epochs
+    if wanted > done:
+        return None
+    return (f"run {run.id} has finished its {done} epoch{'s' if done != 1 else ''}, so resuming it would only test "
+            f"it again; to train it longer, resume with more epochs (--resume {run.id} --set epochs={done + 1}), "
+            f"or branch a new run from it (--from {run.id})")
+
+
+def prepare_resume(run: Run, live: dict | None = None) -> Run:
+    """Check the resume (RunError saying why not), send the live changes (applied, and logged, before its first
+    step) and put the run back in the queue; its worker then waits its turn."""
+    problem = resume_problem(run, live)
+    if problem:
+        raise RunError(problem)
+    for name, value in (live or {}).items():
+        run.send_command(SET, field=name, value=value)
+    lifecycle.queued_for_resume(run)
+    return run
+
+
+# ---------------------------------------------------------------- processes
+def spawn(cmd: list[str], log_path: Path, env: dict[str, str], *, own_session: bool = True) -> subprocess.Popen:
+    """Start a background process, its output appended to `log_path`; in a session of its own (a page's rerun or
+    Ctrl-C never reaches it) unless `own_session` is False (it then ends with the server on Ctrl-C)."""
     with open(log_path, "ab") as log:
         # in the caller's folder, importing the same brnn_core as the caller
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=with_this_checkout(env), start_new_session=True, cwd=None)
+                                env=with_this_checkout(env), start_new_session=own_session, cwd=None)
 
 
 def with_this_checkout(env: dict[str, str]) -> dict[str, str]:
@@ -64,136 +123,150 @@ def with_this_checkout(env: dict[str, str]) -> dict[str, str]:
     return env if str(root) in paths else {**env, "PYTHONPATH": os.pathsep.join([str(root), *paths])}
 
 
-def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False) -> subprocess.Popen:
-    """Start the worker for an existing run directory; its output goes to worker.log."""
-    proc = spawn(worker_command(run.path, resume=resume), run.path / "worker.log", worker_environ(os.environ, data_dir))
+def job_environ(base: dict[str, str], data_dir: Path | None = None) -> dict[str, str]:
+    """A background job's environment: `base` (the server's), the data folder and plain progress lines."""
+    env = dict(base)
+    if data_dir is not None:
+        env["BRNN_DATA_DIR"] = str(data_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("BRNN_PROGRESS", "plain")
+    return env
+
+
+def worker_command(run_dir: Path, *, resume: bool = False) -> list[str]:
+    """The worker's argument list (never a shell line: a run directory is one argument, whatever it holds)."""
+    return [sys.executable, "-m", WORKER_MODULE, str(run_dir), *(["--resume"] if resume else [])]
+
+
+def spawn_entry(entry: Run, cmd: list[str], log: Path, data_dir: Path | None = None, *,
+                own_session: bool = True) -> subprocess.Popen:
+    """Start the process of a queue entry (a run directory or a job folder) and record its pid there, so one that
+    dies before its first word reads as interrupted."""
+    proc = spawn(cmd, log, job_environ(os.environ, data_dir), own_session=own_session)
     try:
         started = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
         started = None
-    lifecycle.spawned(run, proc.pid, started)  # a worker that dies before its first word reads as interrupted
+    lifecycle.spawned(entry, proc.pid, started)
     return proc
 
 
+def spawn_worker(run: Run, *, data_dir: Path | None = None, resume: bool = False) -> subprocess.Popen:
+    """Start the worker of a queued run directory; its output goes to worker.log."""
+    return spawn_entry(run, worker_command(run.path, resume=resume), run.path / "worker.log", data_dir)
+
+
 def start_worker(runs_dir: Path, cfg: TrainConfig, *, data_dir: Path | None = None) -> tuple[Run, subprocess.Popen]:
-    """Validate, create the run directory, spawn the worker; returns at once."""
-    cfg.validate()
-    run = create_run(runs_dir, new_run_config(cfg, data_dir))
+    """One new run and its worker process (what `JobRegistry.start` does, for callers that keep the process)."""
+    run = new_runs(runs_dir, [cfg], data_dir)[0]
     return run, spawn_worker(run, data_dir=data_dir)
 
 
-def active_runs(runs_dir: Path) -> list[Run]:
-    """Runs whose worker is alive and not finished (queued, loading, running, paused, stopping)."""
-    return [r for r in list_runs(runs_dir) if r.status().get("state") in ACTIVE_STATES]
+# ---------------------------------------------------------------- jobs that are not runs, in their own process
+def in_turn(job: Run, work: Callable[[job_queue.Turn], int], *, say: Callable[[str], None] = print,
+            machine: job_queue.Machine | None = None) -> int:
+    """Wait for `job`'s turn (a job folder: job_queue.new_job), run `work(turn)` there and record how it ended;
+    its exit code (0 done). Ctrl-C while it waits leaves it `stopped`, never run."""
+    with job_queue.wait_turn(job, machine or job_queue.Machine.here(), say=say, state=State.RUNNING) as turn:
+        try:
+            code = work(turn)
+        except BaseException as exc:
+            lifecycle.job_ended(job, State.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else State.FAILED,
+                                f"{type(exc).__name__}: {exc}")
+            raise
+    lifecycle.job_ended(job, State.FINISHED if code == 0 else State.FAILED, f"ended with exit code {code}")
+    return code
 
 
-class DuplicateRun(RunError):
-    """A start of exactly the settings (seed included) of a run that is still queued or training."""
-
-    def __init__(self, message: str, run_id: str):
-        super().__init__(message)
-        self.run_id = run_id
+def tool_command(kind: str, args: list[str]) -> list[str]:
+    """The command of a job that is not a run: `python -m brnn_core KIND ARGS`."""
+    return [sys.executable, "-m", "brnn_core", kind, *args]
 
 
 class JobRegistry:
-    """Every background job this server started, training workers and sweep drivers, in one place.
+    """Every background job this server started, in one place: runs, lr range tests, predraws, sweeps.
 
-    A run is always started: its worker waits in the queue (runs.queue) while its device is busy. A sweep takes
-    the whole machine, so `launch` refuses one, under one lock, while a run is active on disk (queued ones too),
-    while a sweep driver started here is alive, or while `also_busy` names something (the sweep layer passes
-    its check for sweeps started from the command line). A start of exactly the settings of an active run is
-    refused: the same seed trains the same run, so it is a second click, not a second experiment. The
-    processes are kept only to reap them and to show a sweep driver that has not written its sweep.json yet;
-    disk is the truth. Shared by every browser session through `st.cache_resource`, hence the lock.
+    Every one waits in the queue in its own process (a run behind what trains on its device, a sweep until the
+    whole machine is free), so nothing is refused for being busy; `busy` says what a new job would wait behind.
+    The processes are kept only to reap them and to show a job that has not written its record yet; disk is the
+    truth. Shared by every browser session through `st.cache_resource`, hence the lock.
     """
 
-    def __init__(self, also_busy: Callable[[Path], str | None] | None = None):
+    def __init__(self):
         self._lock = threading.RLock()
-        self._procs: dict[str, tuple[str, subprocess.Popen]] = {}  # id -> (kind: run | sweep, process)
-        self._also_busy = also_busy
+        self._procs: dict[str, subprocess.Popen] = {}  # job id (run id, job folder name, sweep id) -> process
 
-    def launch(self, runs_dir: Path, kind: str, doing: str, spawn: Callable[[], tuple[str, subprocess.Popen]]) -> str:
-        """`spawn()` and keep its (id, process); returns the id. A sweep is refused while anything trains."""
+    @staticmethod
+    def busy(runs_dir: Path) -> str | None:
+        """What a job started now would wait behind (job_queue.busy), None when the machine is free."""
+        return job_queue.busy(runs_dir)
+
+    def launch(self, job_id_and_process: Callable[[], tuple[str, subprocess.Popen]]) -> str:
+        """Call the spawner and keep its (id, process); returns the id."""
         with self._lock:
             self.reap()
-            problem = self._busy(runs_dir) if kind == "sweep" else None
-            if problem:
-                raise RunError(f"{problem}; stop it (or wait for it) before {doing}")
-            job_id, proc = spawn()
-            self._procs[job_id] = (kind, proc)
+            job_id, proc = job_id_and_process()
+            self._procs[job_id] = proc
             return job_id
 
-    def _busy(self, runs_dir: Path) -> str | None:
-        sweeps = [job_id for job_id, (kind, _) in self._procs.items() if kind == "sweep"]
-        if sweeps:
-            return f"sweep {sweeps[0]} is still running"
-        busy = active_runs(runs_dir)
-        if busy:
-            return f"run {busy[0].id} is still {busy[0].status()['state']}"
-        return self._also_busy(runs_dir) if self._also_busy else None
-
+    # runs
     def start(self, runs_dir: Path, cfg: TrainConfig, *, data_dir: Path | None = None) -> Run:
         """Start a run (queued behind what trains); two quick clicks start exactly one (DuplicateRun)."""
-        return self.start_seeds(runs_dir, cfg, [cfg.seed], data_dir=data_dir)[0]
+        return self.start_many(runs_dir, [cfg], data_dir=data_dir)[0]
 
     def start_seeds(self, runs_dir: Path, cfg: TrainConfig, seeds: list[int], *,
                     data_dir: Path | None = None) -> list[Run]:
-        """One run per seed, queued in that order; none when one of them duplicates an active run."""
-        cfgs = seed_configs(cfg, seeds)
-        for one in cfgs:
-            one.validate()
+        """One run per seed, queued in that order."""
+        return self.start_many(runs_dir, seed_configs(cfg, seeds), data_dir=data_dir)
+
+    def start_many(self, runs_dir: Path, cfgs: list[TrainConfig], *, data_dir: Path | None = None) -> list[Run]:
+        """A run per config (a seed group, a matrix of seed groups), queued in that order; none when one of them
+        is invalid or duplicates an active run."""
         with self._lock:
-            active = {r.id: r.config().get("train") for r in active_runs(runs_dir)}
-            for one in cfgs:
-                same = next((run_id for run_id, train in active.items() if train == one.to_dict()), None)
-                if same:
-                    raise DuplicateRun(f"run {same} has exactly these settings (seed {one.seed}) and is still "
-                                       "queued or training; change the seed to train another", same)
-
-            def spawner(one: TrainConfig) -> Callable[[], tuple[str, subprocess.Popen]]:
-                def spawn():
-                    run, proc = start_worker(runs_dir, one, data_dir=data_dir)
-                    return run.id, proc
-                return spawn
-
-            return [Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting another", spawner(one)))
-                    for one in cfgs]
+            runs = new_runs(runs_dir, cfgs, data_dir)
+            for run in runs:
+                self.launch(lambda run=run: (run.id, spawn_worker(run, data_dir=data_dir)))
+            return runs
 
     def branch(self, runs_dir: Path, parent_ref: str, kind: str = "last", overrides: dict | None = None, *,
                data_dir: Path | None = None, keep_tags: bool = False) -> Run:
         """Create a branch of `parent_ref` (branch.create_branch) and start it (queued behind what trains)."""
-        def spawn():
+        def spawn_branch():
             run = create_branch(runs_dir, parent_ref, kind, overrides, data_dir=data_dir, keep_tags=keep_tags)
             return run.id, spawn_worker(run, data_dir=data_dir)
 
-        return Run(Path(runs_dir) / self.launch(runs_dir, "run", "starting a branch", spawn))
+        return Run(Path(runs_dir) / self.launch(spawn_branch))
 
-    def resume(self, run: Run, *, data_dir: Path | None = None) -> None:
-        """Continue an ended run from its last.pt (queued behind what trains)."""
-        state = run.status().get("state")
-        if state in ACTIVE_STATES:
-            raise RunError(f"run {run.id} is still {state}; stop it before resuming")
-        if worker_lock.held(run.path):  # before anything is written: its live worker's status stays as it is
-            raise RunError(f"run {run.id} is being trained by another live process; stop it before resuming")
-        pruned = resume_problem(run)
-        if pruned:
-            raise RunError(pruned)
+    def resume(self, run: Run, *, data_dir: Path | None = None, live: dict | None = None) -> None:
+        """Continue an ended run from its last.pt, with the `live` changes (queued behind what trains)."""
+        with self._lock:
+            prepare_resume(run, live)
+            self.launch(lambda: (run.id, spawn_worker(run, data_dir=data_dir, resume=True)))
 
-        def spawn():
-            lifecycle.queued_for_resume(run)
-            return run.id, spawn_worker(run, data_dir=data_dir, resume=True)
-
-        self.launch(run.path.parent, "run", "resuming another", spawn)
+    # jobs that are not runs
+    def tool(self, runs_dir: Path, kind: str, device: str, args: Callable[[Run], list[str]], *,
+             data_dir: Path | None = None, title: str | None = None, own_session: bool = True,
+             **info) -> tuple[Run, subprocess.Popen]:
+        """A job folder for `kind` (lr-find, predraw) and its process, `python -m brnn_core KIND ARGS --job FOLDER`,
+        which waits its turn on `device`; `args(folder)` gives ARGS (and may put the job's input in its folder).
+        Its output goes to the folder's job.log."""
+        with self._lock:
+            job = job_queue.new_job(runs_dir, kind, device, title=title, **info)
+            command = tool_command(kind, [*args(job), "--runs-dir", str(Path(runs_dir).resolve()),
+                                          "--job", str(job.path)])
+            proc = spawn_entry(job, command, job.path / "job.log", data_dir, own_session=own_session)
+            self.launch(lambda: (job.id, proc))
+            return job, proc
 
     def process(self, job_id: str) -> subprocess.Popen | None:
         """The process of a job started here while it runs (a sweep driver before it writes sweep.json)."""
         with self._lock:
             self.reap()
-            found = self._procs.get(job_id)
-            return found[1] if found else None
+            return self._procs.get(job_id)
 
     def reap(self) -> None:
         """Collect exit codes of finished jobs so no zombies pile up."""
-        for job_id, (_, proc) in list(self._procs.items()):
+        for job_id, proc in list(self._procs.items()):
             if proc.poll() is not None:
                 del self._procs[job_id]
+

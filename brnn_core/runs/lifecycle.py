@@ -1,11 +1,11 @@
 """What a run's status says when no worker of it is there to say it: the driver side of status.json.
 
 While a worker trains, its training session (training.session) writes every status. Before it starts and
-after it is gone, the job registry or a sweep's driver does, and only through these functions: a worker
-spawned (its pid, so a worker that dies before its first word reads as interrupted), a run queued again
-for a resume, a run waiting for its turn (runs.queue) or cancelled there, a PBT trial handed to its sweep's
-driver, a trial that died or never started, a trial that was still waiting when its sweep ended, checkpoints
-pruned to save disk.
+after it is gone, the job registry, the queue or a sweep's driver does, and only through these functions: a
+worker spawned (its pid, so a worker that dies before its first word reads as interrupted), a run queued again
+for a resume, a job waiting for its turn (runs.job_queue), cancelled there or given its turn, a tool job's end, a
+trial that died or never started, a trial that was still waiting when its sweep ended, checkpoints pruned to
+save disk. Both sides write through the same `Run.write_status` (runs.status.update_status).
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ def spawned(run: Run, pid: int, pid_started: float | None) -> None:
 def joined_queue(run: Run, pid: int) -> float:
     """Process `pid` is the queue entry of `run` from now on; returns its `queued_at`, kept when `pid` already was
     (the registry spawned it, or the CLI queued a seed group at once), else now."""
-    status = run.read_status()
-    kept = status.state == State.QUEUED and status.get("pid") == pid and status.get("queued_at") is not None
-    queued_at = float(status["queued_at"]) if kept else time.time()
-    run.write_status(state=State.QUEUED, pid=pid, pid_started=psutil.Process(pid).create_time(),
-                     host=socket.gethostname(), heartbeat=time.time(), queued_at=queued_at, slot=None, ended=None,
-                     message="queued")
-    return queued_at
+    def place(status) -> dict:
+        kept = status.state == State.QUEUED and status.get("pid") == pid and status.get("queued_at") is not None
+        return {"queued_at": float(status["queued_at"]) if kept else time.time()}
+
+    written = run.write_status(derive=place, state=State.QUEUED, pid=pid, pid_started=psutil.Process(pid).create_time(),
+                               host=socket.gethostname(), heartbeat=time.time(), slot=None, ended=None,
+                               message="queued")
+    return float(written["queued_at"])
 
 
 def still_queued(run: Run, message: str) -> None:
@@ -42,9 +43,16 @@ def still_queued(run: Run, message: str) -> None:
     run.write_status(message=message, heartbeat=time.time())
 
 
-def took_slot(run: Run, slot: str) -> None:
-    """The run's turn came: it holds device `slot` (runs.queue) until its worker ends."""
-    run.write_status(slot=slot, message=f"starting on {slot}", heartbeat=time.time())
+def took_slots(run: Run, slots: tuple[str, ...], state: str) -> None:
+    """The job's turn came: it holds device `slots` (runs.job_queue) until it ends, and is now in `state`."""
+    where = "+".join(slots)
+    run.write_status(derive=lambda status: {"started": status.get("started") or time.time()}, slot=where,
+                     state=state, message=f"starting on {where}", heartbeat=time.time(), ended=None)
+
+
+def job_ended(run: Run, state: str, message: str) -> None:
+    """A job that is not a run (an lr range test, a predraw, a sweep's driver) ended: how, and its slots freed."""
+    run.write_status(state=state, message=message, ended=time.time(), slot=None)
 
 
 def cancelled_while_queued(run: Run, message: str, control_offset: int | None = None,
@@ -58,16 +66,6 @@ def cancelled_while_queued(run: Run, message: str, control_offset: int | None = 
 def queued_for_resume(run: Run) -> None:
     """An ended run about to get a new worker (the Resume button)."""
     run.write_status(state=State.QUEUED, message="resuming", pid=None, created=time.time())
-
-
-def handed_to_driver(run: Run, driver_pid: int, driver_started: float) -> None:
-    """A PBT trial whose thread Tune ended between epochs: it waits as queued, owned by the sweep's driver."""
-    status = run.stored_status()
-    if status.get("state") in (State.RUNNING, State.LOADING, State.PAUSED):
-        run.log_event("scheduler", "paused by the sweep's scheduler: waits for a free slot to continue",
-                      step=status.get("step"))
-        run.write_status(state=State.QUEUED, pid=driver_pid, pid_started=driver_started, heartbeat=time.time(),
-                         message="waiting for the sweep's scheduler to continue it")
 
 
 def stopped_while_waiting(run: Run) -> None:
@@ -89,5 +87,8 @@ def failed_before_start(run: Run, message: str) -> None:
 def checkpoints_pruned(run: Run, records: dict[str, dict], message: str) -> None:
     """A prune (a sweep's, or `runs prune`) removed checkpoints of an ended run to save disk (`records`: name ->
     time, bytes, why, by, files); earlier records of other checkpoints stay."""
-    before = run.stored_status().get("pruned")
-    run.write_status(pruned={**(before if isinstance(before, dict) else {}), **records}, message=message)
+    def merged(status) -> dict:
+        before = status.get("pruned")
+        return {"pruned": {**(before if isinstance(before, dict) else {}), **records}}
+
+    run.write_status(derive=merged, message=message)

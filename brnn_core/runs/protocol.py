@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from brnn_core.config import LIVE_FIELDS, PRE_DEFAULTS
+from brnn_core.config import LIVE_FIELDS, OLDER_RUN_DEFAULTS
 
 PAUSE, RESUME, STOP, SET = "pause", "resume", "stop", "set"
 COMMANDS = (PAUSE, RESUME, STOP, SET)
@@ -84,7 +84,7 @@ class Outcome:
 def live_settings(run, status) -> dict:
     """The values a run trains with now: its live status, or its config before the worker reported any."""
     live = status.get("live") or {k: run.config().get("train", {}).get(k) for k in LIVE_FIELDS}
-    return {**live, "augment": live.get("augment") or PRE_DEFAULTS["augment"]}  # runs from before augmentation
+    return {**live, "augment": live.get("augment") or OLDER_RUN_DEFAULTS["augment"]}  # runs from before augmentation
 
 
 def send_live_changes(run, current: dict, wanted: dict) -> dict[str, str]:

@@ -120,10 +120,12 @@ class Run:
         return self.config_path.is_file()
 
     # writing
-    def write_status(self, *, last_resort: bool = False, **fields: Any) -> dict:
-        """Change documented fields of status.json (runs.status.update_status, under the run's status lock); only
-        the training session and runs.lifecycle (what no worker is there to say) call it."""
-        return update_status(self.status_path, last_resort=last_resort, **fields)
+    def write_status(self, *, derive: Callable[[RunStatus], dict] | None = None, last_resort: bool = False,
+                     **fields: Any) -> dict:
+        """Change documented fields of status.json (runs.status.update_status, under the run's status lock; `derive`
+        computes more from the status as it is then); only the training session and runs.lifecycle (what no worker
+        is there to say) call it."""
+        return update_status(self.status_path, derive=derive, last_resort=last_resort, **fields)
 
     def log_metric(self, *, step: int, epoch: float, split: str, loss: float, accuracy: float | None = None,
                    lr: float | None = None, samples_per_s: float | None = None, elapsed_s: float = 0.0) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,14 +120,18 @@ class RunStatus(Mapping):
         return self._data.get("damaged")
 
 
-def update_status(path: Path, *, last_resort: bool = False, **changes: Any) -> dict:
+def update_status(path: Path, *, derive: Callable[[RunStatus], dict] | None = None, last_resort: bool = False,
+                  **changes: Any) -> dict:
     """Read, change and atomically rewrite one status.json under its run's status lock; returns what was written.
 
-    `last_resort`: on a full disk, rewrite it in place (an atomic rewrite needs room for a second copy), for the
-    one write that must get through: how the run ended."""
+    `derive(current)` gives more changes computed from the status as it is under the lock (a record merged into
+    `pruned`, a start time kept), so another process's change made meanwhile is never overwritten. `last_resort`:
+    on a full disk, rewrite it in place (an atomic rewrite needs room for a second copy), for the one write that
+    must get through: how the run ended."""
     path = Path(path)
     with holding(path.with_name(STATUS_LOCK), path.parent.parent):
-        status = RunStatus.read(path).updated(**changes).to_dict()
+        current = RunStatus.read(path)
+        status = current.updated(**changes, **(derive(current) if derive else {})).to_dict()
         _store(path, status, last_resort)
     return status
 

@@ -8,10 +8,12 @@ from pathlib import Path
 from brnn_core.data.datasets import default_data_dir
 from brnn_core.data.loading import ensure_dataset
 from brnn_core.data.predraw import predraw
+from brnn_core.runs.job_queue import EVERY_SLOT, new_job
+from brnn_core.runs.jobs import in_turn
 from brnn_core.runs.rundir import default_runs_dir
 from brnn_core.sweep.plan import DEFAULT_KEEP_BEST, SCHEDULERS, SEARCH_ALGS, SweepRequest, plan_sweep
 from brnn_core.sweep.records import METRICS
-from brnn_core.sweep.runner import resume_sweep, run_sweep
+from brnn_core.sweep.runner import check_resume, resume_checked, run_sweep
 from brnn_core.sweep.space import SweepError
 
 
@@ -81,12 +83,24 @@ def cmd_sweep(args) -> int:
         if given:
             raise SweepError(f"--resume continues a sweep as it was planned (its sweep.json): drop "
                              f"{', '.join(given)} (only --time-budget may be given: the continued part's own)")
-        return resume_sweep(args.resume, runs_dir, printer, time_budget_min=args.time_budget)
+        sweep = check_resume(args.resume, runs_dir, args.time_budget)
+        return in_sweep_turn(runs_dir, sweep.id, lambda turn: resume_checked(sweep, printer, args.time_budget),
+                             printer)
     request = request_from(args)
     plan = plan_sweep(request, runs_dir, data_dir)
-    for dataset in plan.datasets():  # a missing download fails here, before Ray starts (and once, not per trial)
-        ensure_dataset(dataset, data_dir)
-        # pen-stroke copies made once here rather than by every trial at once; trials on this machine read the cache
-        predraw(dataset, data_dir, plan.base["drawn_share"], progress=printer)
-    return run_sweep(plan, request, runs_dir, data_dir, printer)
+
+    def work(turn) -> int:
+        for dataset in plan.datasets():  # a missing download fails here, before Ray starts (once, not per trial)
+            ensure_dataset(dataset, data_dir)
+            # pen-stroke copies made once here, not by every trial at once; trials on this machine read the cache
+            predraw(dataset, data_dir, plan.base["drawn_share"], progress=printer)
+        return run_sweep(plan, request, runs_dir, data_dir, printer)
+
+    return in_sweep_turn(runs_dir, plan.sweep_id, work, printer)
+
+
+def in_sweep_turn(runs_dir: Path, sweep_id: str, work, printer) -> int:
+    """`work(turn)` once the whole machine is free: the sweep waits in the queue (a job folder) behind what runs."""
+    job = new_job(runs_dir, "sweep", EVERY_SLOT, title=f"sweep {sweep_id}")
+    return in_turn(job, work, say=lambda message: printer(f"{message}; waiting (Ctrl-C cancels)"))
 

@@ -2,9 +2,9 @@
 
 The Sweep page checks the request with `plan_sweep` (so its form shows the CLI's messages inline),
 then `start_sweep` spawns the driver (through the same job registry as runs) in its own session with its
-output in the sweep's driver.log. Like a run, a sweep lives on disk: the page reads sweep.json and the trials' run
-directories; the registry only remembers the processes this server started, to reap them and to
-show why one ended before it wrote sweep.json.
+output in the sweep's driver.log; the driver waits in the queue until the whole machine is free (sweep.cli).
+Like a run, a sweep lives on disk: the page reads sweep.json and the trials' run directories; the registry only
+remembers the processes this server started, to reap them and to show why one ended before it wrote sweep.json.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from brnn_core.runs.jobs import JobRegistry, spawn
 from brnn_core.sweep.plan import SweepRequest, plan_sweep
-from brnn_core.sweep.records import RESUMABLE, Sweep, active_sweeps, sweeps_dir
+from brnn_core.sweep.records import RESUMABLE, Sweep, sweeps_dir
 from brnn_core.sweep.space import SweepError
 
 
@@ -50,15 +50,9 @@ def spawn_sweep(runs_dir: Path, data_dir: Path, request: SweepRequest) -> tuple[
     return plan.sweep_id, spawn_driver(Sweep(folder), args)
 
 
-def sweep_busy(runs_dir: Path) -> str | None:
-    """What the job registry also waits for: a sweep that is running (started here or from the command line)."""
-    running = active_sweeps(runs_dir)
-    return f"sweep {running[0].id} is still running" if running else None
-
-
 def start_sweep(registry: JobRegistry, runs_dir: Path, data_dir: Path, request: SweepRequest) -> str:
-    """Start a sweep through the one job registry (not while a run or another sweep trains); its id."""
-    return registry.launch(runs_dir, "sweep", "starting a sweep", lambda: spawn_sweep(runs_dir, data_dir, request))
+    """Start a sweep through the one job registry (it waits in the queue for the whole machine); its id."""
+    return registry.launch(lambda: spawn_sweep(runs_dir, data_dir, request))
 
 
 def resumable(sweep: Sweep) -> bool:
@@ -70,6 +64,5 @@ def continue_sweep(registry: JobRegistry, sweep: Sweep) -> str:
     """Continue Sweep: `sweep --resume ID` in the background, through the one job registry; the sweep's id."""
     if not resumable(sweep):
         raise SweepError(f"sweep {sweep.id} is {sweep.info().get('state')}: nothing to continue")
-    runs_dir = sweep.runs_dir
-    args = ["--runs-dir", str(Path(runs_dir).resolve()), "--resume", sweep.id]
-    return registry.launch(runs_dir, "sweep", "continuing a sweep", lambda: (sweep.id, spawn_driver(sweep, args)))
+    args = ["--runs-dir", str(Path(sweep.runs_dir).resolve()), "--resume", sweep.id]
+    return registry.launch(lambda: (sweep.id, spawn_driver(sweep, args)))

@@ -26,13 +26,11 @@ from brnn_core.runs.rundir import (
     Run,
     RunError,
     create_run,
-    effective_status,
-    last_pt_pruned,
     new_run_config,
     now_iso,
     validate_run_id,
 )
-from brnn_core.runs.status import sweep_driver_alive
+from brnn_core.runs.status import effective_status, last_pt_pruned, sweep_driver_alive
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.space import SearchSpec
 
@@ -193,10 +191,6 @@ def list_sweeps(runs_dir: Path) -> list[Sweep]:
         return []
     found = [Sweep(p) for p in root.iterdir() if p.is_dir() and (p / "sweep.json").is_file()]
     return sorted(found, key=lambda s: s.id, reverse=True)
-
-
-def active_sweeps(runs_dir: Path) -> list[Sweep]:
-    return [s for s in list_sweeps(runs_dir) if s.info().get("state") == State.RUNNING]
 
 
 # ---------------------------------------------------------------- reading trials

@@ -240,9 +240,9 @@ def release_waiting(sweep: Sweep) -> None:
             lifecycle.stopped_while_waiting(run)
 
 
-def resume_sweep(sweep_id: str, runs_dir: Path, printer=print, time_budget_min: float | None = None) -> int:
-    """`sweep --resume`: continue an interrupted or stopped sweep where Tune's experiment state left it, with a
-    time budget of its own when given (the first start's budget is spent: it counted from that start)."""
+def check_resume(sweep_id: str, runs_dir: Path, time_budget_min: float | None = None) -> Sweep:
+    """`sweep --resume`: the sweep it names, once it is sure it can be continued (SweepError saying why not),
+    before it waits for its turn; `resume_checked` then continues it."""
     if time_budget_min is not None and time_budget_min <= 0:
         raise SweepError(f"--time-budget {time_budget_min:g}: minutes above 0")
     sweep = resolve_sweep(runs_dir, sweep_id)
@@ -250,12 +250,23 @@ def resume_sweep(sweep_id: str, runs_dir: Path, printer=print, time_budget_min: 
     state = info.get("state")
     if state == State.RUNNING:
         raise SweepError(f"sweep {sweep_id} is still running (driver pid {info.get('pid')}); stop it first")
-    interrupted = [r for r in sweep.trial_runs() if r.status().get("state") == State.INTERRUPTED]
-    if state not in RESUMABLE and not interrupted:
+    if state not in RESUMABLE and not interrupted_trials(sweep):
         raise SweepError(f"sweep {sweep_id} {state}: nothing to resume. Its trials are ordinary runs: continue one "
                          "with `python -m brnn_core train --resume RUN`")
     if not (sweep.tune_dir / "tuner.pkl").is_file():
         raise SweepError(f"{sweep.tune_dir} holds no Tune experiment to restore")
+    return sweep
+
+
+def interrupted_trials(sweep: Sweep) -> list:
+    return [r for r in sweep.trial_runs() if r.status().get("state") == State.INTERRUPTED]
+
+
+def resume_checked(sweep: Sweep, printer=print, time_budget_min: float | None = None) -> int:
+    """Continue a sweep `check_resume` accepted where Tune's experiment state left it, with a time budget of its
+    own when given (the first start's budget is spent: it counted from that start)."""
+    info = sweep.info()
+    interrupted = interrupted_trials(sweep)
     plan = SweepPlan.from_dict(info["plan"])
     plan.time_budget_s = None if time_budget_min is None else 60.0 * time_budget_min  # the continued part's own
     prepare_env(plan.address)

@@ -201,7 +201,7 @@ class SweepCallback(Callback):
         """Tune calls this when the experiment starts, and again when `sweep --resume` restores it (this object
         unpickled with the first start's budget, which counted from that start): a resumed sweep has the budget
         given with --resume, if any, else runs to its end."""
-        raw = self.control.sweep.raw()  # `resumed` and `resume_budget_s`: runner.resume_sweep, before Tune restores
+        raw = self.control.sweep.raw()  # `resumed` and `resume_budget_s`: runner.resume_checked, before Tune restores
         if raw.get("resumed"):
             self.time_budget_s = raw.get("resume_budget_s")
         self.deadline = None if self.time_budget_s is None else time.time() + self.time_budget_s

@@ -25,7 +25,8 @@ from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.cluster import require_shared
 from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, create_trial_run, trial_run_id
-from brnn_core.training.session import TrainingSession, train_run_dir
+from brnn_core.training.session import TrainingSession
+from brnn_core.training.worker import train_run_dir
 
 TUNE_MODEL = "model.pt"  # inside a Tune checkpoint: a copy of the trial's last.pt at that epoch
 TUNE_META = "trial.json"  # which run and step it came from
