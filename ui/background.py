@@ -36,10 +36,6 @@ class BackgroundJobs:
         with self._lock:
             return len(self._pending)
 
-    def is_pending(self, key: Hashable) -> bool:
-        with self._lock:
-            return key in self._pending
-
     def _work(self) -> None:
         while threading.main_thread().is_alive():
             try:

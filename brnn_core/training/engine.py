@@ -153,8 +153,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
     watch = watch or ExplosionWatch()
     running = torch.zeros((), device=device)  # loss summed on the device since the last log
     total = torch.zeros((), device=device)
-    since_log = batches = 0
-    samples = 0
+    since_log = batches = samples = 0
     last_time = time.perf_counter()
     with mode(model, True):
         for idx in index_batches:
@@ -168,8 +167,8 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
                 x = augment(x, step)  # (B, 28, 28), new random changes for every step
             loss, num_classes = (graph or _optimizer_step)(model, optimizer, x, labels[idx], amp, scaler, grad_clip())
             step, batches, since_log, samples = step + 1, batches + 1, since_log + 1, samples + len(idx)
-            running += loss.detach().float()
-            total += loss.detach().float()
+            total += (value := loss.detach().float())
+            running += value
             if since_log >= log_interval:
                 mean = (running / since_log).item()  # the only host sync in the loop
                 now = time.perf_counter()
