@@ -49,8 +49,15 @@ def _one_drawing_cache(tmp_path_factory):
     """One cache of training digits drawn as canvas strokes (brnn_core.data.as_drawn) for the whole session:
     every run of the default recipe on mnist-sample uses the same drawings of 1,404 digits, made once (about 10 s)
     instead of once per test's data folder. Workers inherit it through the environment."""
+    from brnn_core.config import TrainConfig
+    from brnn_core.data.predraw import marker
+
     before = os.environ.get("BRNN_CACHE_DIR")
     os.environ["BRNN_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    # No background predraw job in the servers and pages tests start: it would wait in their queues ahead of the
+    # runs they start. Each run draws what it needs into this cache; tests/test_predraw.py covers the job.
+    for dataset in ("mnist", "mnist-sample"):
+        marker(dataset, TrainConfig().drawn_share, tmp_path_factory.getbasetemp()).touch()
     yield
     if before is None:
         os.environ.pop("BRNN_CACHE_DIR", None)

@@ -16,7 +16,7 @@ import pytest
 from browser_server import browser_page, require_browser, start_server, stop_server
 from helpers import REPO, TINY, kill_workers, train_run, wait_for, wait_for_state
 
-from brnn_core.runs import queue
+from brnn_core.runs import job_queue as queue
 from brnn_core.runs.rundir import list_runs
 
 require_browser()  # skips the module without Chromium and Playwright

@@ -143,7 +143,7 @@ def test_a_sweep_waits_for_the_whole_machine_and_holds_it(runs_dir):
     later = make_run(runs_dir, base=TINY, device="auto", seed=1)
     with queue.wait_turn(sweep, TWO_GPUS, state="running") as turn:
         assert turn.slots == ("cuda-0", "cuda-1", "cpu") and sweep.status()["slot"] == "cuda-0+cuda-1+cpu"
-        assert queue.busy(runs_dir) == "sweep s1 is running on cuda-0"
+        assert queue.busy(runs_dir) == "sweep s1 is running on cpu"  # the first slot by name
         said.clear()
         with pytest.raises(queue.Cancelled), queue.wait_turn(later, TWO_GPUS, cancelled=polls_then_cancel(2),
                                                              say=said.append, poll_s=0.01):

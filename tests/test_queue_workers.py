@@ -143,3 +143,34 @@ def test_seeds_train_one_run_per_seed_as_one_group_in_turn(tmp_path, idx_data):
     assert queued == sorted(queued)  # in line at once, in that order
     assert_one_after_another(runs)
     assert len({r.status()["test_acc"] for r in runs}) == 3  # three seeds, three different models
+
+
+@pytest.mark.worker
+@pytest.mark.slow
+def test_a_device_slot_nobody_can_lock_keeps_every_run_waiting_until_mended(tmp_path, idx_data):
+    """RUNS/.devices/cpu.lock is a folder: the slot cannot be locked, so it is nobody's. Two real `train`
+    processes both wait (neither trains, both say why and the fix); once it is removed they train one after
+    another."""
+    runs_dir = tmp_path / "runs"
+    lock = runs_dir / ".devices" / "cpu.lock"
+    lock.mkdir(parents=True)
+    logs = [tmp_path / f"{k}.log" for k in range(2)]
+    procs = [start_cli_training(runs_dir, idx_data, *SHORT, f"seed={k}", log=log) for k, log in enumerate(logs)]
+    try:
+        runs = wait_for(lambda: len(rs := [Run(p) for p in runs_dir.iterdir() if not p.name.startswith(".")]) == 2
+                        and rs, 120, "both runs' directories")
+        said = f"for cpu: {lock} cannot be used as a lock (Is a directory): it is a folder: remove it (rm -r {lock})"
+        wait_for(lambda: all(r.status().get("queued_at") for r in runs), 120, "both runs in the queue")
+        first, second = sorted(runs, key=lambda r: r.status()["queued_at"])
+        wait_for(lambda: message(first) == f"queued: 1st in line, {said}" and
+                 message(second) == f"queued: 2nd in line, behind run {first.id} on cpu", 120,
+                 f"the runs to say why they wait ({message(first)!r}, {message(second)!r})")
+        time.sleep(2.0)
+        assert all(r.status()["state"] == "queued" and r.metrics().empty for r in runs)  # neither trained
+        lock.rmdir()
+        for proc, log in zip(procs, logs, strict=True):
+            assert proc.wait(300) == 0, tail(log)
+        assert_one_after_another([first, second])
+    finally:
+        for proc in procs:
+            stop_process(proc)

@@ -244,12 +244,23 @@ def place(me: QueuedJob, view: View, blocked: str | None = None) -> str:
 
 
 def busy(runs_dir: Path) -> str | None:
-    """Is the machine busy? What a new job would wait behind: the job holding a device ('run X is training on
-    cpu'), else the oldest waiting one ('run X is queued'); None when nothing holds or waits."""
+    """Is the machine busy? What a new job would wait behind: a held device slot (the locks are the truth; the
+    statuses name their holders: 'run X is training on cpu'), else the oldest waiting job ('run X is queued');
+    None when nothing holds or waits."""
     view = scan(runs_dir, Machine())
-    if view.holders:
-        slot, holder = next(iter(view.holders.items()))
-        return f"{holder} is {'training' if holder.startswith('run ') else 'running'} on {slot}"
+    folder = Path(runs_dir) / SLOTS_DIR
+    for path in sorted(folder.glob("*.lock")) if folder.is_dir() and not folder.is_symlink() else []:
+        try:
+            lock = try_lock(path, runs_dir)
+        except (LockError, FileNotFoundError) as exc:
+            return f"{path.stem} cannot be taken: {exc}"
+        if lock is not None:
+            lock.release()
+            continue
+        holder = view.holders.get(path.stem)
+        if holder is None:
+            return f"{path.stem} is held by another process"
+        return f"{holder} is {'training' if holder.startswith('run ') else 'running'} on {path.stem}"
     return f"{view.waiting[0].label} is queued" if view.waiting else None
 
 
