@@ -205,7 +205,9 @@ def starting_panel(sweep: Sweep) -> None:
         st.error(f"The sweep's driver ended (exit {proc.returncode}) before it started any trial:")
         st.code(log or "(no output)", language=None)
         return
-    st.info(f"Starting Ray for sweep **{sweep.id}**…", icon=":material/hourglass_top:")
+    last = next((line for line in reversed(log.splitlines()) if line.strip()), "")
+    st.info(f"Sweep **{sweep.id}** {last}" if last.startswith("queued: ")  # the driver waits for its turn
+            else f"Starting Ray for sweep **{sweep.id}**…", icon=":material/hourglass_top:")
     if log:
         st.code(log, language=None)
 

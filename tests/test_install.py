@@ -121,6 +121,6 @@ def test_a_checkout_dashboard_started_from_another_folder_finds_brnn_core_in_its
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    run = JobRegistry().start(Path("runs"), tiny_config(), data_dir=None)
+    run = JobRegistry().start(Path("runs"), tiny_config(epochs=1), data_dir=None)  # TINY alone trains 1,000 epochs
     status = wait_for_state(run, ("finished", "failed", "interrupted"), timeout=300)
     assert status["state"] == "finished", (run.path / "worker.log").read_text()[-2000:]
