@@ -33,7 +33,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "steps_done": (int,), "elapsed_s": NUMBER, "samples_per_s": NUMBER, "loss": NUMBER, "val_loss": NUMBER,
     "val_acc": NUMBER, "test_loss": NUMBER, "test_acc": NUMBER, "skipped_steps": (int,), "live": (dict,),
     "control_offset": (int,), "stopped_by": (str,), "pruned": (dict,), "damaged": (str,),
-    "queued_at": NUMBER, "slot": (str,),  # the run's place in the queue and the device it took (runs.queue)
+    "queued_at": NUMBER, "slot": (str,),  # the run's place in the queue and the device it took (runs.job_queue)
 }
 STATUS_LOCK = ".status.lock"  # beside status.json: held for each read-modify-write
 QUEUED_GRACE_S = 60.0  # a run created but never picked up by a worker for this long is dead
