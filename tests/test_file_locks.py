@@ -17,7 +17,7 @@ from helpers import REPO, TINY, make_run, worker_env
 from brnn_core import cli
 from brnn_core.locks import LockError
 from brnn_core.runs import lifecycle, worker_lock
-from brnn_core.runs.notes import MAX_NOTE, NOTES_NAME, read_notes
+from brnn_core.runs.notes import MAX_NOTE, NOTES_NAME, read_notes, write_notes
 from brnn_core.runs.rundir import Run
 
 EACH = 40  # changes per process
@@ -68,6 +68,8 @@ def test_a_tag_change_checks_the_tag_only(runs_dir, capsys):
     assert cli.main(["runs", "note", run.id, "n" * (MAX_NOTE + 1), "--runs-dir", str(runs_dir)]) == 2
     assert "keep it under" in capsys.readouterr().err  # a note change still checks the note
     assert read_notes(run.path).note == note
+    write_notes(run.path, tags=["y"], note=note)  # the Runs page saves both: the note as it is stays unchecked
+    assert read_notes(run.path).tags == ("y",) and read_notes(run.path).note == note
 
 
 # An audit hook (sys.addaudithook, which cannot be removed: hence a process of its own) sees every file the real

@@ -53,11 +53,15 @@ def check_note(note: str) -> str:
 
 
 def write_notes(run_path: Path, *, tags: Iterable[str] | None = None, note: str | None = None) -> RunNotes:
-    """Replace the tags and/or the note (None: keep as it is, unchecked); returns what was written."""
+    """Replace the tags and/or the note (None, or the note as stored: kept as it is, unchecked, e.g. the Runs
+    page saving new tags beside a long note written elsewhere); returns what was written."""
     tags = None if tags is None else tuple(dict.fromkeys(check_tag(t) for t in tags if t.strip()))
-    note = None if note is None else check_note(note)
-    return _change(run_path, lambda before: (before.tags if tags is None else tags,
-                                             before.note if note is None else note))
+
+    def changed(before: RunNotes) -> tuple[tuple[str, ...], str]:
+        kept = note is None or note == before.note
+        return before.tags if tags is None else tags, before.note if kept else check_note(note)
+
+    return _change(run_path, changed)
 
 
 def change_tags(run_path: Path, add: Iterable[str] = (), remove: Iterable[str] = ()) -> RunNotes:
