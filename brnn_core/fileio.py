@@ -73,7 +73,8 @@ def read_complete_lines(path: Path, offset: int = 0) -> tuple[list[str], int]:
     try:
         with open(path, "rb") as fh:
             fh.seek(offset)
-            data = fh.read()
+            # up to the size it has now: a path that is a device (a log linked to /dev/full) never ends
+            data = fh.read(max(os.fstat(fh.fileno()).st_size - offset, 0))
     except FileNotFoundError:
         return [], offset
     end = data.rfind(b"\n") + 1

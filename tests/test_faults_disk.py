@@ -4,6 +4,7 @@ and no file is left with half a line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers import TINY, assert_no_half_runs, fake_finished_run, kill_pid, make_run, tree_digest
@@ -42,3 +43,15 @@ def test_fileio_never_leaves_half_a_line_on_a_full_disk(tmp_path):
     with pytest.raises(OSError) as info:
         append_line(path, "1,2,3")
     assert info.value.errno == 28
+
+
+def test_a_log_linked_to_a_device_reads_as_empty(tmp_path):
+    """A run file linked to /dev/full or /dev/zero (reads that never end): the readers that follow a growing
+    file (the TensorBoard mirror, the control channel) read what its size says, nothing, instead of filling the
+    memory until the machine kills a process."""
+    from brnn_core.fileio import read_complete_lines
+
+    for device in ("/dev/full", "/dev/zero"):
+        link = tmp_path / f"metrics-{Path(device).name}.csv"
+        link.symlink_to(device)
+        assert read_complete_lines(link) == ([], 0)
