@@ -3,11 +3,13 @@
 Whole files are written to a temp file in the same folder and renamed over the target
 (rename is atomic on POSIX and Windows). Log lines are appended with one `os.write` on an
 O_APPEND descriptor, so concurrent writers never interleave and a killed writer leaves
-either the whole line or nothing.
+either the whole line or nothing. `inside` is the one answer to "does this path really lie in
+that folder", asked before anything is written, deleted or locked there.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -15,6 +17,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
+
+
+def inside(path: Path | str, folder: Path | str) -> bool:
+    """True when `path` lies in `folder` (or is it) once every symlink on the way to either is followed.
+
+    A path that leads out of its folder through a symlink (a run folder linked in from elsewhere, a
+    checkpoints/ that is a link) is not inside: nothing may be written, deleted or locked through it."""
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -61,11 +72,21 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
+def _not_there(exc: OSError) -> bool:
+    """True for a path that holds no file to read: missing, a folder where a file should be, a symlink loop.
+    Readers treat these like a missing file; an unreadable file (permissions, I/O) is still an error."""
+    return isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError) or exc.errno == errno.ELOOP
+
+
 def read_json(path: Path, default: Any = None) -> Any:
     try:
         return json.loads(Path(path).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return default
+    except OSError as exc:
+        if _not_there(exc):
+            return default
+        raise
 
 
 def read_complete_lines(path: Path, offset: int = 0) -> tuple[list[str], int]:
@@ -74,8 +95,10 @@ def read_complete_lines(path: Path, offset: int = 0) -> tuple[list[str], int]:
         with open(path, "rb") as fh:
             fh.seek(offset)
             data = fh.read()
-    except FileNotFoundError:
-        return [], offset
+    except OSError as exc:
+        if _not_there(exc):
+            return [], offset
+        raise
     end = data.rfind(b"\n") + 1
     # surrogateescape: line.encode("utf-8", "surrogateescape") gives back the exact bytes
     lines = data[:end].decode("utf-8", errors="surrogateescape").split("\n")[:-1]

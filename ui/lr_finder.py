@@ -13,7 +13,7 @@ import streamlit as st
 
 from brnn_core import charts
 from brnn_core.config import TrainConfig
-from brnn_core.fileio import atomic_write_json, read_json
+from brnn_core.fileio import atomic_write_json, inside, read_json
 from brnn_core.runs.jobs import spawn
 from ui.state import fill_train_form
 
@@ -25,7 +25,8 @@ KEPT = 10  # the newest tests' files stay (another browser session may still be 
 def _start(config: TrainConfig, runs_dir: Path, data_dir: Path) -> None:
     folder = Path(runs_dir) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    tidy(folder)
+    if inside(folder, runs_dir):  # a .lr-find that links elsewhere: nothing there is deleted
+        tidy(folder)
     name = secrets.token_hex(4)
     settings, out = folder / f"{name}-config.json", folder / f"{name}.csv"
     atomic_write_json(settings, config.to_dict())

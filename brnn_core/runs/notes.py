@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brnn_core.fileio import atomic_write_json, read_json
+from brnn_core.runs.rundir import check_writable
 
 NOTES_NAME = "notes.json"
 TAG = re.compile(r"[A-Za-z0-9_.\-]{1,40}")
@@ -43,7 +44,9 @@ def check_tag(tag: str) -> str:
 
 
 def write_notes(run_path: Path, *, tags: Iterable[str] | None = None, note: str | None = None) -> RunNotes:
-    """Replace the tags and/or the note (None: keep as it is); returns what was written."""
+    """Replace the tags and/or the note (None: keep as it is); returns what was written. RunError for a run
+    linked in from elsewhere (read-only here)."""
+    check_writable(Path(run_path))
     before = read_notes(run_path)
     tags = before.tags if tags is None else tuple(dict.fromkeys(check_tag(t) for t in tags if t.strip()))
     note = before.note if note is None else note

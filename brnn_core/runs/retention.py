@@ -20,7 +20,7 @@ from pathlib import Path
 
 from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.index import Entry, RunIndex, seed_group
-from brnn_core.runs.rundir import Run, RunError, effective_status
+from brnn_core.runs.rundir import Run, RunError, check_writable, effective_status, write_problem
 from brnn_core.states import ENDED_STATES
 
 # --by: the name, the ValSummary field it reads (metrics.csv's validation rows) and which way is better
@@ -88,7 +88,9 @@ def pruned_note(names: list[str]) -> str:
 
 def delete_checkpoints(run: Run, names: list[str], why: str, *, by: str, status: Mapping | None = None) -> int:
     """Delete these checkpoints of `run` (and the files that belong to them) and record it: an event, `pruned`
-    in status.json (name -> time, bytes, why, by, files) and a line in its message. Returns the bytes freed."""
+    in status.json (name -> time, bytes, why, by, files) and a line in its message. Returns the bytes freed.
+    RunError for a run whose folder or checkpoints/ leads out of its runs folder: nothing is deleted through it."""
+    check_writable(run.path)
     files = checkpoint_files(run)
     names = [n for n in names if n in files]
     if not names:
@@ -230,7 +232,10 @@ def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str =
     paths: dict[str, list[Path]] = {}  # run id -> the files its item deletes
     for rid, entry in entries.items():
         state = effective_status(dict(entry.stored_status)).get("state")
-        if state not in ENDED_STATES:
+        linked = write_problem(runs_dir / rid)
+        if linked:  # a link to a run elsewhere: never pruned through it
+            plan.untouched[rid] = linked
+        elif state not in ENDED_STATES:
             plan.untouched[rid] = str(state)
         elif worker_lock.held(runs_dir / rid):
             plan.untouched[rid] = "a live process holds its worker lock"
@@ -267,7 +272,7 @@ def apply_prune(plan: PrunePlan) -> list[tuple[str, int]]:
                     continue
                 done.append((item.run_id, delete_checkpoints(run, list(item.names), plan.why(item),
                                                              by="runs prune", status=status)))
-        except worker_lock.RunBusy:
+        except (worker_lock.RunBusy, RunError):  # resumed meanwhile, or its folder became a link
             continue
     return done
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from brnn_core import __version__
-from brnn_core.fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
+from brnn_core.fileio import append_line, atomic_write_json, inside, link_or_copy, read_complete_lines, read_json
 from brnn_core.runs.protocol import command_line
 from brnn_core.runs.status import (  # noqa: F401 - their old home: index, records, ui and tests import them here
     QUEUED_GRACE_S,
@@ -62,6 +62,37 @@ def readable_config(data: object) -> dict:
 
 class RunError(ValueError):
     """A run that does not exist or a run id that is not acceptable."""
+
+
+def linked_to(path: Path) -> Path | None:
+    """Where a run folder really is when it is linked into its runs folder (a symlink, or a path that leads
+    out of it); None for an ordinary run folder. A linked run is read-only here (docs/run-directory.md)."""
+    path = Path(path)
+    if os.path.islink(path) or not inside(path, path.parent):
+        return Path(os.path.realpath(path))
+    return None
+
+
+def write_problem(path: Path) -> str | None:
+    """Why nothing may be written, deleted or locked in the run folder `path` (None: it may): the folder is a
+    link to a run elsewhere, or its checkpoints/ leads out of it. Every writer of a run asks this first."""
+    path = Path(path)
+    target = linked_to(path)
+    if target is not None:
+        return (f"run {path.name} is a link to {target}: a run linked into the runs folder is read-only here "
+                f"(listed, never trained, tagged, pruned or deleted through the link); change it in its own "
+                f"runs folder ({target.parent}), or remove the link to unlist it")
+    if not inside(path / "checkpoints", path):
+        return (f"run {path.name}'s checkpoints folder is a link to {os.path.realpath(path / 'checkpoints')}, "
+                "outside the run: nothing is written or deleted through it; make checkpoints/ a real folder")
+    return None
+
+
+def check_writable(path: Path) -> None:
+    """RunError (with `write_problem`'s reason) unless the run folder `path` may be written."""
+    problem = write_problem(path)
+    if problem:
+        raise RunError(problem)
 
 
 def default_runs_dir() -> Path:
@@ -126,19 +157,26 @@ class Run:
     def exists(self) -> bool:
         return self.config_path.is_file()
 
-    # writing
+    def linked_to(self) -> Path | None:
+        """Where the run really is when its folder is a link to a run elsewhere (read-only here)."""
+        return linked_to(self.path)
+
+    # writing (each refuses a run folder that leads out of its runs folder: `write_problem`)
     def write_status(self, **fields: Any) -> dict:
         """Change documented fields of status.json (runs.status); only the training session and
         runs.lifecycle (what no worker is there to say) call it."""
+        check_writable(self.path)
         return update_status(self.status_path, **fields)
 
     def log_metric(self, *, step: int, epoch: float, split: str, loss: float, accuracy: float | None = None,
                    lr: float | None = None, samples_per_s: float | None = None, elapsed_s: float = 0.0) -> None:
+        check_writable(self.path)
         values = [step, round(epoch, 4), split, loss, accuracy, lr, samples_per_s, round(elapsed_s, 3)]
         append_line(self.metrics_path, ",".join("" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
                                                 for v in values))
 
     def log_event(self, kind: str, message: str, *, step: int | None = None, **extra: Any) -> None:
+        check_writable(self.path)
         record = {"time": now_iso(), "step": step, "kind": kind, "message": message, **extra}
         append_line(self.events_path, json.dumps(record, default=str))
 
@@ -146,6 +184,7 @@ class Run:
         """Queue a command (pause, resume, stop, or set with field and value) for the worker; returns its id.
 
         The format and what answers it: runs.protocol; the worker applies it in training.session."""
+        check_writable(self.path)
         cid, line = command_line(cmd, now_iso(), **args)
         append_line(self.control_path, line)
         return cid
@@ -214,7 +253,8 @@ def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None,
         run.events_path.touch()
         run.control_path.touch()
         for name, source in (files or {}).items():
-            link_or_copy(Path(source), staging / name)
+            # a hard link to a file outside the runs folder would make one file both here and there: copy it
+            (link_or_copy if inside(source, runs_dir) else shutil.copyfile)(Path(source), staging / name)
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -246,6 +286,7 @@ def list_runs(runs_dir: Path) -> list[Run]:
 def delete_run(runs_dir: Path, run_id: str) -> None:
     """Remove a finished run; an active run must be stopped first."""
     run = resolve_run(runs_dir, validate_run_id(run_id))
+    check_writable(run.path)
     if run.status().get("state") in ACTIVE_STATES:
         raise RunError(f"run {run_id} is still {run.status()['state']}; stop it before deleting")
     trash = run.path.with_name(f".deleting-{run.id}-{secrets.token_hex(3)}")

@@ -11,6 +11,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from brnn_core.runs.rundir import check_writable
+
 LOCK_NAME = ".worker.lock"
 
 
@@ -28,7 +30,9 @@ def _fcntl():
 
 @contextlib.contextmanager
 def hold(run_path: Path) -> Iterator[None]:
-    """Hold the run's lock for the block; RunBusy at once when another process holds it."""
+    """Hold the run's lock for the block; RunBusy at once when another process holds it, RunError for a run
+    folder that leads out of its runs folder (nothing is locked through a link)."""
+    check_writable(run_path)
     fcntl = _fcntl()
     if fcntl is None:
         yield
