@@ -128,6 +128,11 @@ overlaid = selected + [rid for members in picked_groups.values() for rid in memb
 default = wanted if wanted in ids else (overlaid[0] if overlaid else ids[0])
 run_id = st.selectbox("Inspect one run", ids, index=ids.index(default), key="inspect")
 run = Run(runs_dir / run_id)
+if not run.exists():  # an entry that is no run folder to read (a symlink loop, a link to nothing): its problem
+    problem = table.set_index("run_id")["problem"].get(run_id)
+    st.error(f"{run_id} cannot be inspected: {problem if isinstance(problem, str) else 'it has no config.json'}.",
+             icon=":material/error:")
+    st.stop()
 status = run.status()
 watching = status.get("state") in ACTIVE_STATES
 
@@ -247,8 +252,9 @@ with tab_env:
     interop.environment(run)
 
 with tab_files:
-    st.download_button("Download metrics.csv", run.metrics_path.read_bytes(), file_name=f"{run.id}-metrics.csv",
-                       mime="text/csv")
+    if run.metrics_path.is_file():  # a folder in its place: the problem column says so
+        st.download_button("Download metrics.csv", run.metrics_path.read_bytes(), file_name=f"{run.id}-metrics.csv",
+                           mime="text/csv")
     if run.best_ckpt.is_file():
         st.download_button("Download best checkpoint", run.best_ckpt.read_bytes(), file_name=f"{run.id}-best.pt",
                            mime="application/octet-stream")

@@ -86,8 +86,10 @@ def _readable_checkpoints(run: Run) -> dict[str, dict]:
         path = run.last_ckpt if kind == "last" else run.best_ckpt
         try:
             found[kind] = _defaults(str(run.path), kind, path.stat().st_mtime_ns)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # none (or a file in checkpoints/'s place)
             continue
+        except OSError as exc:
+            st.caption(f"{kind}.pt cannot be read: {exc.strerror or exc}")
         except ValueError as exc:  # CheckpointError: a damaged or foreign file
             st.caption(f"{kind}.pt cannot be branched from: {exc}")
     return found

@@ -131,8 +131,11 @@ def cmd_list(args) -> int:
     elif args.format == "json":
         print(json.dumps(table.astype(object).where(table.notna(), None).to_dict("records"), indent=2, default=str))
     else:
-        shown = table if args.groups else table[TABLE_COLUMNS]
-        print(shown.to_string(index=False, na_rep="") if len(shown) else "no runs match")
+        damaged = not args.groups and table["problem"].fillna("").astype(bool).any()
+        shown = table if args.groups else table[TABLE_COLUMNS + (["problem"] if damaged else [])]
+        # convert_dtypes: a damaged run's empty cells must not turn the others' whole numbers into floats
+        shown = shown.convert_dtypes()
+        print(shown.astype(object).where(shown.notna(), "").to_string(index=False) if len(shown) else "no runs match")
     return 0
 
 
