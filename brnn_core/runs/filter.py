@@ -26,6 +26,8 @@ OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a >
 TOKEN = re.compile(r"""\s*(?:(?P<paren>[()])|(?P<op><=|>=|==|!=|<|>|=)|(?P<string>"[^"]*"|'[^']*')
                        |(?P<word>[A-Za-z0-9_.:+\-/]+))""", re.VERBOSE)
 
+MAX_DEPTH = 50  # parentheses and `not`s inside one another: far past any filter a person writes, far below
+# Python's recursion limit (the parser and the predicate it builds both recurse once per level)
 Row = Mapping[str, object]
 Predicate = Callable[[Row], bool]
 
@@ -57,14 +59,20 @@ def tokens(text: str) -> list[Token]:
     return out
 
 
+SHOWN = 60  # characters of a long filter shown on each side of the bad part
+
+
 def _pointing(text: str, at: int, problem: str) -> str:
-    return f"{problem} at position {at + 1}:\n  {text}\n  {' ' * at}^"
+    start = max(0, at - SHOWN)
+    shown = ("…" if start else "") + text[start:at + SHOWN] + ("…" if at + SHOWN < len(text) else "")
+    return f"{problem} at position {at + 1}:\n  {shown}\n  {' ' * (at - start + (1 if start else 0))}^"
 
 
 class _Parser:
     def __init__(self, text: str, columns: set[str] | None):
         self.text, self.columns = text, columns
         self.tokens, self.k = tokens(text), 0
+        self.depth = 0  # parentheses and `not`s open around the token being parsed
 
     def peek(self) -> Token:
         return self.tokens[self.k]
@@ -99,17 +107,27 @@ class _Parser:
             parts.append(part())
         return parts[0] if len(parts) == 1 else (lambda row: combine(p(row) for p in parts))
 
+    def deeper(self, token: Token) -> None:
+        """One more level of nesting at `token`; a FilterError past MAX_DEPTH (before Python's recursion ends)."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(token, f"nested too deep: more than {MAX_DEPTH} parentheses and 'not's inside one "
+                                   "another; write it with fewer (not not x is x)")
+
     def negation(self) -> Predicate:
         if self.peek().kind == "word" and self.peek().text.lower() == "not":
-            self.take()
+            self.deeper(self.take())
             inner = self.negation()
+            self.depth -= 1
             return lambda row: not inner(row)
         return self.atom()
 
     def atom(self) -> Predicate:
         token = self.take()
         if token.kind == "paren" and token.text == "(":
+            self.deeper(token)
             inner = self.any_of()
+            self.depth -= 1
             close = self.take()
             if close.text != ")":
                 raise self.fail(close, "expected ')'")
