@@ -273,6 +273,8 @@ def resumed_from_args(args, runs_dir: Path):
     pruned = resume_problem(run, status)
     if pruned:
         raise BadInput(pruned)
+    if run.last_ckpt.is_file():  # damaged or non-finite weights: refused (CheckpointError) before the run changes
+        load_checkpoint(run.last_ckpt)
     for name, value in live.items():  # applied by the worker before its first step, and logged
         run.send_command(SET, field=name, value=value)
     return run

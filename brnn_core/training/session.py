@@ -359,6 +359,8 @@ class TrainingSession:
         """Stopped on request: save where it stands so a resume continues from exactly here.
 
         A stop a scheduler sent ({"source": "asha", "reason": "..."}) gives the message its reason."""
+        if not weights_finite(self.model):  # blown up since the last log: keep the last good last.pt instead
+            return self.end_diverged(dataclasses.replace(result, reason="the weights became NaN or infinite"))
         reason = self.stop_reason
         self.position.epoch, self.position.batch = result.epoch, result.batch_in_epoch
         self.position.step = result.step
