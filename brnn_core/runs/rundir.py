@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from brnn_core import __version__
-from brnn_core.fileio import append_line, atomic_write_json, inside, link_or_copy, read_complete_lines, read_json
+from brnn_core.fileio import (
+    append_line,
+    atomic_write,
+    atomic_write_json,
+    inside,
+    link_or_copy,
+    read_complete_lines,
+    read_json,
+)
 from brnn_core.runs.protocol import command_line
 from brnn_core.runs.status import (  # noqa: F401 - their old home: index, records, ui and tests import them here
     QUEUED_GRACE_S,
@@ -174,6 +182,20 @@ class Run:
         values = [step, round(epoch, 4), split, loss, accuracy, lr, samples_per_s, round(elapsed_s, 3)]
         append_line(self.metrics_path, ",".join("" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
                                                 for v in values))
+
+    def log_test_row(self, *, step: int, epoch: float, loss: float, accuracy: float, elapsed_s: float) -> None:
+        """The test row of a run that finished at `step`: exactly one. A worker killed after writing it (while it
+        wrote the report) tests again when resumed, at the same step, so an earlier test row at that step goes
+        first (metrics.csv rewritten whole, atomically: the worker that finishes is its only writer)."""
+        check_writable(self.path)
+        lines, _ = read_complete_lines(self.metrics_path)
+        split_at = METRIC_COLUMNS.index("split")
+        kept = [line for line in lines
+                if not (line.split(",")[split_at:split_at + 1] == ["test"] and line.split(",")[0] == str(step))]
+        if len(kept) < len(lines):
+            blob = "".join(line + "\n" for line in kept).encode("utf-8", "surrogateescape")
+            atomic_write(self.metrics_path, lambda fh: fh.write(blob))
+        self.log_metric(step=step, epoch=epoch, split="test", loss=loss, accuracy=accuracy, elapsed_s=elapsed_s)
 
     def log_event(self, kind: str, message: str, *, step: int | None = None, **extra: Any) -> None:
         check_writable(self.path)

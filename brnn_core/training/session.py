@@ -387,8 +387,8 @@ class TrainingSession:
         eval_batch = eval_batch_size_for(splits.test_x.device, cfg.eval_batch_size)
         test = evaluate(model, splits.test_x, splits.test_y, batch_size=eval_batch, amp=cfg.amp,
                         num_classes=len(splits.classes))
-        run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
-                       elapsed_s=self.elapsed_s())
+        run.log_test_row(step=result.step, epoch=result.epoch, loss=test.loss, accuracy=test.accuracy,
+                         elapsed_s=self.elapsed_s())  # one: a resume after a kill here tests again
         my_scores, summary = mix.finish(model, drawings) if mix is not None else (None, "")
         extra = {"my_drawings": my_scores} if my_scores else {}
         if start_val_acc is not None:
