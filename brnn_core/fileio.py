@@ -28,6 +28,30 @@ def inside(path: Path | str, folder: Path | str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def unwritable(path: Path | str) -> str | None:
+    """Why a file cannot be written at `path` (None: it can), asked before long work that ends by writing it.
+    It tries for real (permissions, a read-only disk, a file where a folder should be) and leaves nothing behind:
+    a probe file in the nearest existing folder is removed, an existing file is opened for appending, unchanged."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder"
+    folder = next(p for p in (path.parent, *path.parent.parents) if p.exists() or p == Path(p.anchor or "."))
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    target = path if path.exists() else folder
+    try:
+        if path.exists():
+            with open(path, "ab"):
+                pass
+        else:
+            fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        return f"{target} cannot be written ({exc.strerror or exc})"
+    return None
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """Call `write(fh)` on a temp file next to `path`, fsync it, then rename over `path`."""
     path = Path(path)

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from brnn_core.fileio import unwritable
 from brnn_core.runs import tensorboard_log
 from brnn_core.runs.export import group_summary, long_table, write_table
 from brnn_core.runs.filter import FilterError, filter_table
@@ -84,6 +85,9 @@ def cmd_export(args) -> int:
     if args.out.suffix.lower() not in (".csv", ".parquet") or args.format not in (None, args.out.suffix[1:].lower()):
         raise RunError(f"--out {args.out}: name a .csv or .parquet file" +
                        (f" (--format {args.format} writes .{args.format})" if args.format else ""))
+    problem = unwritable(args.out)
+    if problem:
+        raise RunError(f"--out {args.out}: {problem}; choose another --out")
     table = selected(runs_dir, args.filter)
     frame = long_table(runs_dir, table)
     write_table(frame, args.out)
