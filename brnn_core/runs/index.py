@@ -24,16 +24,9 @@ import pandas as pd
 from brnn_core.config import RECORDING_FIELDS, architecture
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
+from brnn_core.runs.damage import link_problem, read_or_problem, shape_problems
 from brnn_core.runs.notes import NOTES_NAME, RunNotes, read_notes
-from brnn_core.runs.rundir import (
-    METRIC_COLUMNS,
-    Run,
-    RunError,
-    config_damage,
-    effective_status,
-    linked_to,
-    readable_config,
-)
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, config_damage, effective_status, readable_config
 from brnn_core.runs.status import RunStatus
 from brnn_core.states import ACTIVE_STATES
 
@@ -215,38 +208,20 @@ def _checkpoints(path: Path) -> tuple[bool, bool]:
     return (path / "checkpoints" / "best.pt").is_file(), (path / "checkpoints" / "last.pt").is_file()
 
 
-def _or_problem(read, default, name: str, problems: list[str]):
-    """read(), or `default` with why `name` cannot be read added to `problems` (a folder where a file should be,
-    a file nobody may read): one damaged file is its run's problem, never the listing's."""
-    try:
-        return read()
-    except OSError as exc:
-        if not any(p.startswith(name) for p in problems):  # "notes.json is not a file" says it already
-            problems.append(f"{name} cannot be read ({exc.strerror or type(exc).__name__})")
-        return default
-
-
-def _shape_problems(path: Path) -> list[str]:
-    """Its files that are something else (a folder, a device) and a checkpoints/ that is not a folder."""
-    wrong = [f"{name} is not a file" for name in FILES if (path / name).exists() and not (path / name).is_file()]
-    checkpoints = path / "checkpoints"
-    return wrong + (["checkpoints is not a folder"] if checkpoints.exists() and not checkpoints.is_dir() else [])
-
-
 def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
     """A run's entry; what is wrong with its files (and a folder linked in from elsewhere) goes into the table's
-    problem column through the config's `_damaged`."""
-    problems = _shape_problems(path)
+    problem column through the config's `_damaged` (runs.damage)."""
+    problems = shape_problems(path, FILES)
     metrics = path / "metrics.csv"
-    lines, _ = _or_problem(lambda: read_complete_lines(metrics) if metrics.is_file() else ([], 0),  # /dev/full
-                           ([], 0), "metrics.csv", problems)  # would never end
+    lines, _ = read_or_problem(lambda: read_complete_lines(metrics) if metrics.is_file() else ([], 0),  # /dev/full
+                               ([], 0), "metrics.csv", problems)  # would never end
     status = path / "status.json"  # through the status schema: a damaged one reads as damaged, with its note
-    notes = _or_problem(lambda: read_notes(path), RunNotes(), NOTES_NAME, problems)  # the tags and note columns
+    notes = read_or_problem(lambda: read_notes(path), RunNotes(), NOTES_NAME, problems)  # tags and note columns
     config = {**_read_config(path / "config.json"), "_notes": {"tags": list(notes.tags), "note": notes.note}}
-    target = linked_to(path)
+    target, linked = link_problem(path)
     if target is not None:
-        config["_link"] = str(target)
-        problems.append(f"a link to {target}: read-only here (never trained, tagged, pruned or deleted through it)")
+        config["_link"] = target
+    problems += [linked] if linked else []
     if problems:
         config["_damaged"] = "; ".join(filter(None, [config.get("_damaged"), *problems]))
     stored = RunStatus.read(status) if status.is_file() else \
