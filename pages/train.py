@@ -187,15 +187,28 @@ def on_start() -> None:
                                                         if len(new) > 1 else ""))
 
 
+def sent_or_said(send):
+    """send()'s result, or None with the reason flashed (a run linked in from elsewhere is read-only here)."""
+    try:
+        return send()
+    except (RunError, OSError) as exc:
+        flash("error", f"Not sent: {exc}")
+        return None
+
+
 def on_command(cmd: str) -> None:
-    cid = run.send_command(cmd)
+    cid = sent_or_said(lambda: run.send_command(cmd))
+    if cid is None:
+        return
     st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = cmd.capitalize()
     flash("info", {"pause": "Pausing…", "resume": "Resuming…", "stop": "Stopping: saving a checkpoint first…"}[cmd])
 
 
 def on_cancel() -> None:
     """Take the queued run out of the queue: its worker ends it `stopped` (it never trained, nothing is lost)."""
-    cid = run.send_command(STOP)
+    cid = sent_or_said(lambda: run.send_command(STOP))
+    if cid is None:
+        return
     st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = "Cancel"
     flash("info", f"Cancelling {run.id}: it leaves the queue…")
 
@@ -230,7 +243,9 @@ def on_apply_live(current: dict) -> None:
     wanted = live_wanted()
     if live_problems(run, wanted):
         return  # the fields say what is wrong; nothing is sent
-    sent = send_live_changes(run, current, wanted)
+    sent = sent_or_said(lambda: send_live_changes(run, current, wanted))
+    if sent is None:
+        return
     st.session_state.setdefault("pending", {}).setdefault(run.id, {}).update(sent)
     # a toast: it goes by itself, while the outcome of each change shows in the live panel until it is answered
     st.toast("Sent: " + ", ".join(sent.values()) if sent else "Nothing changed.", icon=":material/send:")

@@ -6,9 +6,11 @@ checkpoints/ leads out of it is never pruned through it. docs/run-directory.md, 
 from __future__ import annotations
 
 import json
+import socket
 
+import psutil
 import pytest
-from helpers import copy_run, run_cli, tree_digest
+from helpers import app_test, copy_run, no_exception, run_cli, texts, tree_digest
 
 from brnn_core import cli
 from brnn_core.runs import worker_lock
@@ -92,3 +94,23 @@ def test_a_checkpoints_folder_that_leads_out_of_its_run_is_never_pruned_through(
     with pytest.raises(RunError, match="nothing is written or deleted through it"):
         delete_checkpoints(own, ["best.pt"], "test", by="runs prune")
     assert tree_digest(outside) == before
+
+
+def test_the_train_page_says_why_a_linked_run_takes_no_command(linked, monkeypatch):
+    """A run linked in while its own worker (here: this process) trains it elsewhere: Pause is offered, and a click
+    says why nothing is sent instead of raising."""
+    runs_dir, _, target = linked
+    me = psutil.Process()
+    target.write_status(state="running", pid=me.pid, pid_started=me.create_time(), host=socket.gethostname(),
+                        message="epoch 1/1")
+    before = tree_digest(target.path)
+    at = app_test(monkeypatch, runs_dir, page="pages/train.py")
+    at.query_params["run"] = LINK
+    at.run()
+    no_exception(at)
+    pause = next(b for b in at.button if b.label == "Pause")
+    assert not pause.disabled
+    pause.click().run()
+    no_exception(at)
+    assert any(f"Not sent: run {LINK} is a link to {target.path}" in e for e in texts(at.error)), texts(at.error)
+    assert tree_digest(target.path) == before
