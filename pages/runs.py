@@ -159,14 +159,19 @@ def on_save_notes(run_path: str, tags_key: str, note_key: str) -> None:
 
 
 with st.expander("Tags and note", icon=":material/sell:"):
-    notes = read_notes(run.path)
-    tags_key, note_key = f"tags_{run.id}", f"note_{run.id}"
-    st.text_input("Tags (comma-separated)", value=", ".join(notes.tags), key=tags_key,
-                  help="Short words (letters, digits, . _ -); the filter above finds them with tag:NAME. The same "
-                       "as `python -m brnn_core runs tag RUN --add NAME`.")
-    st.text_area("Note", value=notes.note, key=note_key, height=100, max_chars=MAX_NOTE,
-                 help="Free text, kept in the run folder (notes.json).")
-    st.button("Save tags and note", on_click=on_save_notes, args=(str(run.path), tags_key, note_key))
+    try:
+        notes = read_notes(run.path)
+    except OSError as exc:  # saving would replace what could not be read: say so instead of offering it
+        st.caption(f"notes.json cannot be read ({exc.strerror or exc}), so its tags and note are not shown.")
+        notes = None
+    if notes is not None:
+        tags_key, note_key = f"tags_{run.id}", f"note_{run.id}"
+        st.text_input("Tags (comma-separated)", value=", ".join(notes.tags), key=tags_key,
+                      help="Short words (letters, digits, . _ -); the filter above finds them with tag:NAME. The "
+                           "same as `python -m brnn_core runs tag RUN --add NAME`.")
+        st.text_area("Note", value=notes.note, key=note_key, height=100, max_chars=MAX_NOTE,
+                     help="Free text, kept in the run folder (notes.json).")
+        st.button("Save tags and note", on_click=on_save_notes, args=(str(run.path), tags_key, note_key))
 branch_form(run, runs_dir, data_dir, key="runs_branch")
 
 
@@ -251,10 +256,19 @@ with tab_events:
 with tab_env:
     interop.environment(run)
 
+
+def file_bytes(path: Path) -> bytes | None:
+    """The file's bytes to download, None when there is none to read (a folder in its place, an unreadable file:
+    the table's problem column says so)."""
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
+
+
 with tab_files:
-    if run.metrics_path.is_file():  # a folder in its place: the problem column says so
-        st.download_button("Download metrics.csv", run.metrics_path.read_bytes(), file_name=f"{run.id}-metrics.csv",
-                           mime="text/csv")
+    if (metrics_csv := file_bytes(run.metrics_path)) is not None:
+        st.download_button("Download metrics.csv", metrics_csv, file_name=f"{run.id}-metrics.csv", mime="text/csv")
     if run.best_ckpt.is_file():
         st.download_button("Download best checkpoint", run.best_ckpt.read_bytes(), file_name=f"{run.id}-best.pt",
                            mime="application/octet-stream")

@@ -13,6 +13,7 @@ from helpers import copy_run, no_exception, open_page
 
 from brnn_core import cli
 from brnn_core.runs.index import RunIndex
+from brnn_core.training.worker import train_run_dir
 
 GOOD = "20000101-000000-mnist-sample-good"
 
@@ -25,6 +26,15 @@ def _folder_for(name: str):
         else:
             target.unlink(missing_ok=True)
         target.mkdir()
+    return damage
+
+
+def _unreadable(name: str):
+    def damage(run_path):
+        """A file whose every read fails with an I/O error, for root too (reading address 0 of a process's memory):
+        what a file nobody may read does for an unprivileged user."""
+        (run_path / name).unlink(missing_ok=True)
+        (run_path / name).symlink_to("/proc/self/mem")
     return damage
 
 
@@ -42,6 +52,10 @@ DAMAGE = {
     "events-a-folder": (_folder_for("events.jsonl"), None),
     "report-a-folder": (_folder_for("report.json"), None),
     "checkpoints-a-file": (_file_for_checkpoints, "checkpoints is not a folder"),
+    "config-unreadable": (_unreadable("config.json"), "config.json cannot be read (Input/output error)"),
+    "notes-unreadable": (_unreadable("notes.json"), "notes.json cannot be read (Input/output error)"),
+    "status-unreadable": (_unreadable("status.json"), "status.json cannot be read"),
+    "metrics-unreadable": (_unreadable("metrics.csv"), "metrics.csv cannot be read (Input/output error)"),
 }
 
 
@@ -51,7 +65,7 @@ def damaged_folder(runs_dir, finished) -> dict[str, str | None]:
     copy_run(finished, runs_dir, GOOD)
     said = {}
     for k, (case, (damage, problem)) in enumerate(DAMAGE.items()):
-        run = copy_run(finished, runs_dir, f"2000010{k + 1}-000000-mnist-sample-{case}")
+        run = copy_run(finished, runs_dir, f"200001{k + 1:02d}-000000-mnist-sample-{case}")
         damage(run.path)
         said[run.id] = problem
     os.symlink("loop-b", runs_dir / "loop-a")
@@ -92,3 +106,15 @@ def test_the_runs_and_train_pages_render_beside_damaged_entries(dirs, finished):
         no_exception(at, run_id)
     at.switch_page("pages/train.py").run()
     no_exception(at)
+
+
+def test_a_run_whose_config_cannot_be_read_is_never_trained_with_the_defaults(tmp_path, finished):
+    run = copy_run(finished, tmp_path / "runs")
+    _unreadable("config.json")(run.path)
+    for kind in ("last", "best"):
+        (run.checkpoint_dir / f"{kind}.pt").unlink()
+    run.write_status(state="stopped", message="stopped at step 8, checkpoint saved")
+    assert train_run_dir(run, data_dir=tmp_path / "data", resume=True) == "failed"
+    message = run.status()["message"]
+    assert message.startswith(f"{run.config_path} holds no training settings"), message
+    assert not any(run.checkpoint_dir.iterdir())  # nothing trained

@@ -198,7 +198,9 @@ def _read_config(path: Path) -> dict:
         return {}
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        return {"_damaged": f"config.json cannot be read ({exc.strerror or type(exc).__name__})"}
+    except ValueError as exc:
         return {"_damaged": f"config.json cannot be read ({type(exc).__name__})"}
     damage = config_damage(data)
     return {**readable_config(data), **({"_damaged": damage} if damage else {})}

@@ -214,8 +214,9 @@ class Run:
     # reading
     def config(self) -> dict:
         """config.json. A damaged one reads as what is left of it: {} for a file that is not a JSON object, and
-        without a section that is not an object (`"train": null`), so one bad run never breaks a listing."""
-        return readable_config(read_json(self.config_path, {}))
+        without a section that is not an object (`"train": null`), so one bad run never breaks a listing; one that
+        cannot be read reads as {} too (the worker refuses to train a run without its settings)."""
+        return readable_config(_or_empty(lambda: read_json(self.config_path, {}), {}))
 
     def read_status(self) -> RunStatus:
         """status.json, typed (a damaged file reads as a damaged status, never raises)."""
@@ -230,7 +231,8 @@ class Run:
         return effective_status(self.stored_status())
 
     def metrics(self) -> pd.DataFrame:
-        lines, _ = read_complete_lines(self.metrics_path)
+        """metrics.csv as a DataFrame; one that cannot be read has no rows (the listing says why)."""
+        lines, _ = _or_empty(lambda: read_complete_lines(self.metrics_path), ([], 0))
         rows = [line.split(",") for line in lines[1:] if line.count(",") == len(METRIC_COLUMNS) - 1]
         df = pd.DataFrame(rows, columns=METRIC_COLUMNS)
         for col in METRIC_COLUMNS:
@@ -239,7 +241,7 @@ class Run:
         return df
 
     def events(self) -> list[dict]:
-        lines, _ = read_complete_lines(self.events_path)
+        lines, _ = _or_empty(lambda: read_complete_lines(self.events_path), ([], 0))
         out = []
         for line in lines:
             try:
@@ -249,6 +251,16 @@ class Run:
             if isinstance(event, dict):  # a line of another shape is damage, skipped like a torn one
                 out.append(event)
         return out
+
+
+def _or_empty(read, empty):
+    """read() for a reader that shows a run, or `empty` when the file cannot be read (permissions, I/O): one
+    unreadable file must not break a page. Writers read strictly (fileio), so they never overwrite what they could
+    not read."""
+    try:
+        return read()
+    except OSError:
+        return empty
 
 
 def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None,
