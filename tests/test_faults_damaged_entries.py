@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from helpers import copy_run, no_exception, open_page
+from helpers import copy_run, walk_runs_and_train_pages
 
 from brnn_core import cli
 from brnn_core.runs.index import RunIndex
@@ -96,16 +96,7 @@ def test_runs_list_shows_each_damaged_entry_and_exits_0(tmp_path, finished, caps
 
 def test_the_runs_and_train_pages_render_beside_damaged_entries(dirs, finished):
     runs_dir, _ = dirs
-    said = damaged_folder(runs_dir, finished)
-    at = open_page("pages/runs.py", "Runs")
-    at.toggle(key="runs_group_seeds").set_value(False).run()  # copies of one run are a seed group: one run a row
-    no_exception(at)
-    assert set(at.dataframe(key="runs_table").value["run_id"]) == {GOOD, *said}
-    for run_id in said:  # inspecting each damaged entry
-        at.selectbox(key="inspect").select(run_id).run()
-        no_exception(at, run_id)
-    at.switch_page("pages/train.py").run()
-    no_exception(at)
+    walk_runs_and_train_pages({GOOD, *damaged_folder(runs_dir, finished)})
 
 
 def test_a_run_whose_config_cannot_be_read_is_never_trained_with_the_defaults(tmp_path, finished):
