@@ -109,16 +109,18 @@ o1, o2, o3 = st.columns(3)
 smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smooth")
 log_y = o2.toggle("Log scale", key="cmp_log")
 curves = {rid: index.metrics(rid) for rid in shown_ids}  # only the overlaid runs' whole metrics
-bands = {f"group {gid}": {rid: index.metrics(rid) for rid in members} for gid, members in picked_groups.items()}
+# a group's band: built once per version of its runs' files (a thousand seeds cost a stat each on a rerun)
+bands = {what: {f"group {gid}": index.band(list(members), what, smoothing if what == "train" else 0.0)
+                for gid, members in picked_groups.items()} for what in ("train", "val")}
 points = branch_points(runs_dir, shown_ids)
-frames = [*curves.items(), *((rid, df) for members in bands.values() for rid, df in members.items())]
-curves_key = (tuple((rid, id(df), len(df)) for rid, df in frames), tuple(bands), repr(points))  # re-read: new frame
+curves_key = (tuple((rid, id(df), len(df)) for rid, df in curves.items()), repr(points))  # re-read: new frame
 train_col, val_col = st.columns(2)
-train_col.plotly_chart(memo("cmp_train", (curves_key, smoothing, log_y), lambda: charts.compare_figure(
-    curves, smoothing=smoothing, what="train", log_y=log_y, branches=points, groups=bands)), key="cmp_train",
-    on_select="ignore")
-val_col.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(
-    curves, what="val", log_y=log_y, branches=points, groups=bands)), key="cmp_val", on_select="ignore")
+train_col.plotly_chart(memo("cmp_train", (curves_key, tuple(bands["train"].items()), smoothing, log_y),
+                            lambda: charts.compare_figure(curves, smoothing=smoothing, what="train", log_y=log_y,
+                                                          branches=points, groups=bands["train"])),
+                       key="cmp_train", on_select="ignore")
+val_col.plotly_chart(memo("cmp_val", (curves_key, tuple(bands["val"].items()), log_y), lambda: charts.compare_figure(
+    curves, what="val", log_y=log_y, branches=points, groups=bands["val"])), key="cmp_val", on_select="ignore")
 interop.compare_two(runs_dir, selected if rows else [])  # two runs selected: config and environment side by side
 
 st.divider()

@@ -24,10 +24,12 @@ import pandas as pd
 from brnn_core.config import RECORDING_FIELDS, architecture
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
+from brnn_core.runs.bands import BandCache
 from brnn_core.runs.damage import link_problem, read_or_problem, shape_problems
 from brnn_core.runs.notes import NOTES_NAME, RunNotes, read_notes
 from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, config_damage, effective_status, readable_config
 from brnn_core.runs.status import RunStatus
+from brnn_core.series import GroupCurve
 from brnn_core.states import ACTIVE_STATES
 
 FILES = ("config.json", "status.json", "metrics.csv", NOTES_NAME)
@@ -257,6 +259,7 @@ class RunIndex:
         self._generation = 0  # goes up whenever a run was added, re-read or removed
         self._memo: dict[str, tuple[int, object]] = {}  # name -> (generation, result) of results built from it
         self._frames = MetricsCache()
+        self._bands = BandCache()
         self.store = Path(store) if store is not None else None
         self._stored_generation = 0  # the generation last saved to the store
         self._stored_at = 0.0
@@ -394,6 +397,11 @@ class RunIndex:
     def metrics(self, run_id: str) -> pd.DataFrame:
         """One run's whole metrics.csv (shared between callers: do not modify it)."""
         return self._frames.metrics(Run(self.runs_dir / run_id))
+
+    def band(self, run_ids: list[str], what: str = "train", smoothing: float = 0.0) -> GroupCurve | None:
+        """The mean ± std band of these runs' training ("train", each smoothed first) or validation ("val") loss:
+        a seed group's curve on the Runs page. Built once per version of the runs' metrics.csv (runs.bands)."""
+        return self._bands.band(self.runs_dir, run_ids, what, smoothing)
 
     def checkpoint_choices(self) -> list[CheckpointChoice]:
         """Every run's best.pt and last.pt, highest validation accuracy first (best before last on a tie)."""
