@@ -30,6 +30,7 @@ from ui import groups, interop
 from ui.branch import branch_form
 from ui.common import LIVE_REFRESH_S, flash, folders, memo, run_index, select_run, show_flashes, state_label
 from ui.retention import free_disk_space, size_column, size_column_config
+from ui.selection import follow
 
 runs_dir, data_dir = folders()
 st.title("Runs")
@@ -75,8 +76,10 @@ run_columns = {
     "bidirectional": st.column_config.TextColumn("direction", help="two-way: rows read top-down and bottom-up; "
                                                  "one-way: top-down only (filter: bidirectional == false)"),
 }
-picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row",
-                      key="runs_groups_table" if folded else "runs_table",  # each view keeps its own selection
+table_key = "runs_groups_table" if folded else "runs_table"
+# the ticks stay on their runs (and groups) when new rows push them down, and when seeds are grouped or not
+follow(table_key, view.identities(), view.answers(), share="runs")
+picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row", key=table_key,
                       column_order=["run_id", *(["n"] if folded else []), "state", "dataset", "best_val_acc",
                                     "test_acc", "my_drawings_acc", "duration_s", "size_mb", "step", "epochs", "cell",
                                     "bidirectional", "hidden", "layers", "head", "batch", "lr", "optimizer", "device",

@@ -42,6 +42,18 @@ class Folded:
     table: pd.DataFrame  # the rows, with an `n` column (runs behind each row)
     members: list[tuple[str, ...]]  # the run ids behind each row, in the table's order
 
+    def identities(self) -> list[str]:
+        """What each row is, whatever its position: the run id, or 'group:ID' for a seed group's row (a run id
+        has no ':'). A selection kept by these follows its runs when new ones push the rows down."""
+        return [f"group:{self.table['group'].iloc[k]}" if len(ids) > 1 else ids[0]
+                for k, ids in enumerate(self.members)]
+
+    def answers(self) -> list[frozenset[str]]:
+        """Per row, the other identities that select it: its runs, and its group (a ticked run that gained a seed
+        is now inside its group's row; a group left with one run is that run's row)."""
+        return [frozenset({*ids, f"group:{group}"}) if isinstance(group, str) else frozenset(ids)
+                for ids, group in zip(self.members, self.table["group"], strict=True)]
+
     def picked(self, rows: Iterable[int], with_data: Collection[str], default: int = 3
                ) -> tuple[list[str], dict[str, tuple[str, ...]]]:
         """The single runs and the groups (group id -> run ids) on the selected `rows`; with none selected, those
