@@ -41,11 +41,13 @@ if table.empty:
     st.info("No runs yet. Start one on the **Train** page.")
     st.stop()
 
-query = st.text_input("Filter", key="runs_filter", placeholder="val_accuracy > 0.97 and lr <= 0.01 and state:finished",
+query = st.text_input("Filter", key="runs_filter", placeholder="val_accuracy > 97 and lr <= 0.01 and state:finished",
                       help="Comparisons on the table's columns (val_accuracy, test_accuracy, lr, hidden, epochs, "
                            "dataset, cell == gru, bidirectional == false, …), state:NAME, tag:NAME, group:ID, "
-                           "joined with and / or / not and parentheses. Read as a filter, never run as code; the "
-                           "same as `python -m brnn_core runs list --filter`.")
+                           "joined with and / or / not and parentheses. Accuracies as the table shows them, in "
+                           "percent (val_accuracy > 97), or as a fraction (0.97): a number above 1 is a percent. "
+                           "Read as a filter, never run as code; the same as "
+                           "`python -m brnn_core runs list --filter`.")
 try:
     table = filter_table(table, query)
 except FilterError as exc:
