@@ -79,8 +79,9 @@ run_columns = {
                                                  "one-way: top-down only (filter: bidirectional == false)"),
 }
 table_key = "runs_groups_table" if folded else "runs_table"
-# the ticks stay on their runs (and groups) when new rows push them down, and when seeds are grouped or not
-follow(table_key, view.identities(), view.answers(), share="runs")
+# the ticks stay on their runs (and groups) when new rows push them down; ticked runs stay ticked in their groups'
+# rows when seeds are grouped (a ticked group does not tick its thousand runs one by one when they are not)
+follow(table_key, view.identities(), view.answers() if folded else None, share="runs")
 picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row", key=table_key,
                       column_order=["run_id", *(["n"] if folded else []), "state", "dataset", "best_val_acc",
                                     "test_acc", "my_drawings_acc", "duration_s", "size_mb", "step", "epochs", "cell",

@@ -86,6 +86,11 @@ def test_a_ticked_seed_group_stays_ticked_as_seeds_and_runs_arrive(dirs, finishe
     add_run(finished, runs_dir, "20000108-000000-mnist-sample-g04", seed=-1)
     page.run()
     assert ticked(page, f"group_runs_{group}") == [seed2] and overlaid(page)[-1] == seed2
+    # seeds not grouped: a ticked group does not tick its runs one by one; grouped again, it is still ticked
+    page.toggle(key="runs_group_seeds").set_value(False).run()
+    assert ticked(page, "runs_table") == []
+    page.toggle(key="runs_group_seeds").set_value(True).run()
+    assert ticked(page, "runs_groups_table") == [f"group {group} · 4 runs"]
 
 
 def test_a_ticked_run_that_gains_a_seed_stays_overlaid_inside_its_group(dirs, finished):
