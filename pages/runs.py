@@ -83,6 +83,7 @@ table_key = "runs_groups_table" if folded else "runs_table"
 # rows when seeds are grouped (a ticked group does not tick its thousand runs one by one when they are not)
 follow(table_key, view.identities(), view.answers() if folded else None, share="runs")
 picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row", key=table_key,
+                      placeholder="",  # a missing value (no test report, no drawings score) is a blank cell
                       column_order=["run_id", *(["n"] if folded else []), "state", "dataset", "best_val_acc",
                                     "test_acc", "my_drawings_acc", "duration_s", "size_mb", "step", "epochs", "cell",
                                     "bidirectional", "hidden", "layers", "head", "batch", "lr", "optimizer", "device",

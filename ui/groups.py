@@ -52,6 +52,6 @@ def group_runs(index: RunIndex, group: str, run_ids: tuple[str, ...], shown: pd.
                 f"{', '.join(str(seeds.get(rid)) for rid in rows['run_id'])}. Select runs here to overlay them one "
                 "by one beside the group's band.")
     follow(f"group_runs_{group}", list(rows["run_id"]))  # a new seed sorts in: the ticks stay on their runs
-    picked = st.dataframe(rows, hide_index=True, on_select="rerun", selection_mode="multi-row",
+    picked = st.dataframe(rows, hide_index=True, on_select="rerun", selection_mode="multi-row", placeholder="",
                           key=f"group_runs_{group}", column_order=GROUP_RUN_COLUMNS, column_config=run_columns)
     return [rows.iloc[i]["run_id"] for i in (picked.selection.rows if picked else [])]

@@ -221,6 +221,6 @@ def parse_filter(text: str, columns: set[str] | None = None) -> Predicate:
 def filter_table(table, text: str):
     """The rows of a runs table (pandas DataFrame) that `text` selects."""
     keep = parse_filter(text, set(table.columns) | set(ALIASES))
-    if not len(table):
+    if not len(table) or not (text or "").strip():  # no filter: no row to test (a page's every rerun)
         return table
     return table[[keep(row) for row in table.to_dict("records")]]
