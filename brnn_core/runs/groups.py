@@ -1,6 +1,7 @@
 """Seed groups (runs whose training settings differ only in seed, index.seed_group) seen as one: a runs table
 folded to one row per group with the mean ± std of its final metrics (the Runs page), and the spread itself
-(the sample std, ddof=1), which `runs list --groups` prints too. Its curves' band is charts.group_curve."""
+(the sample std, ddof=1), which `runs list --groups` prints too. Its curves' band is series.group_curve, built once
+per version of its runs' files by runs.bands."""
 
 from __future__ import annotations
 
