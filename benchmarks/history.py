@@ -36,6 +36,7 @@ from brnn_core.config import TrainConfig
 from brnn_core.data.canvas import prepare
 from brnn_core.data.drawings import folder_signature, save_drawing
 from brnn_core.data.loading import load_dataset
+from brnn_core.environment import git_commit
 from brnn_core.fileio import atomic_write_json, read_json
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.scores import DrawingTensors, score_and_store, stored_accuracy
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir.mkdir()
     data_dir.mkdir()
     os.environ.update(BRNN_RUNS_DIR=str(runs_dir), BRNN_DATA_DIR=str(data_dir))
-    results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": str(REPO),
+    results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": git_commit(short=True),
                      "cpus": os.cpu_count(), "sizes": {}}
     try:
         save_drawings(data_dir, args.drawings)
