@@ -1,11 +1,16 @@
 """What a long run history costs the dashboard: N valid runs in the folder, each page's server time.
 
-    .venv/bin/python -m benchmarks.history [--runs 100,1000,5000] [--reruns 5] [--drawings 200] [--json FILE]
+    .venv/bin/python -m benchmarks.history [--runs 100,1000,5000] [--groupings one,tens,none] [--reruns 5]
+                                           [--drawings 200] [--json FILE]
 
 One complete finished run is hard-linked under new ids until the folder holds N runs; for each N it times
 runs_table, the RunIndex, each page's first render and rerun (AppTest, server time, medians) and a Predict
-stroke. `--drawings N` saves drawings first, so every checkpoint has a score (computed once, timed). What each
-row means and its target: benchmarks/README.md, "Run history".
+stroke. `--groupings` then rewrites every run's config.json so that the runs form one N-seed group (`one`),
+groups of ten seeds (`tens`) or no group (`none`), and times the Runs page in each: its first render, a rerun
+with nothing selected (the first rows overlaid, a group as its band), with the first row selected (a group opens
+its runs), after the smoothing changed (the band smoothed again) and with Group seeds off. `--drawings N` saves
+drawings first, so every checkpoint has a score (computed once, timed). What each row means and its target:
+benchmarks/README.md, "Run history".
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from brnn_core.config import TrainConfig
 from brnn_core.data.canvas import prepare
 from brnn_core.data.drawings import folder_signature, save_drawing
 from brnn_core.data.loading import load_dataset
+from brnn_core.environment import git_commit
+from brnn_core.fileio import atomic_write_json, read_json
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.scores import DrawingTensors, score_and_store, stored_accuracy
 from brnn_core.model import ModelConfig, RecurrentClassifier
@@ -44,12 +51,14 @@ RESULTS = REPO / "benchmarks" / "results"
 FIRST_RENDERS = 3  # first renders per page (median): a busy 2-core machine moves one by ±0.3 s
 PAGES = {"train": "pages/train.py", "runs": "pages/runs.py", "predict": "pages/predict.py"}
 TARGETS = {"rerun": 0.2, "runs page first render": 1.0, "predict stroke": 0.1}  # seconds, read at TARGET_RUNS
+GROUPED_TARGETS = {"rerun": 0.3, "first render": 3.0}  # the Runs page under --groupings, at TARGET_RUNS
 TARGET_RUNS = 1000
+GROUPINGS = {"one": "one group of every run", "tens": "groups of ten seeds", "none": "no two runs alike"}
 
 
-def target_note(n: int, case: str, seconds: float) -> str:
+def target_note(n: int, case: str, seconds: float, targets: dict[str, float] = TARGETS) -> str:
     """'target <= X ms ok|MISSED' for the rows with a target at TARGET_RUNS runs, else ''."""
-    limit = next((t for k, t in TARGETS.items() if case.endswith(k)), None)
+    limit = next((t for k, t in targets.items() if case.endswith(k)), None)
     if n != TARGET_RUNS or limit is None:
         return ""
     return f"  target <= {1000 * limit:g} ms {'ok' if seconds <= limit else 'MISSED'}"
@@ -97,6 +106,19 @@ def grow(runs_dir: Path, template: Path, n: int) -> None:
         os.utime(path, (then, then))
 
 
+def regroup(runs_dir: Path, grouping: str) -> None:
+    """Rewrite every run's config.json (its own file, no longer a link to the template's) so that the runs form
+    `grouping` (GROUPINGS): seed k for the k-th run, and an lr per group, as a seed group's runs differ."""
+    for k, run in enumerate(sorted(p for p in runs_dir.iterdir() if p.is_dir())):
+        config = read_json(run / "config.json")
+        group = {"one": 0, "tens": k // 10, "none": k}[grouping]
+        config["train"] = {**config["train"], "seed": k, "lr": round(0.01 * (1 + group / 10_000), 8)}
+        atomic_write_json(run / "config.json", config)
+        then = time.time() - 3600  # written an hour ago, as the rest of the history (see grow)
+        for path in (run / "config.json", run):
+            os.utime(path, (then, then))
+
+
 def median_time(fn, n: int) -> float:
     times = []
     for _ in range(n):
@@ -138,6 +160,51 @@ def time_page(app: Path, page: str, reruns: int, stores: tuple[Path, ...] = (),
     return statistics.median(times), median_time(at.run, reruns)
 
 
+def wall_and_cpu(fn, n: int) -> tuple[float, float]:
+    """Medians of n calls: wall-clock seconds and this process's CPU seconds (every thread: AppTest runs the
+    script in one). On a shared machine the CPU time moves less with the load than the wall-clock time."""
+    walls, cpus = [], []
+    for _ in range(n):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def runs_page_reruns(app: Path, reruns: int, stores: tuple[Path, ...]) -> dict[str, tuple[float, float]]:
+    """The Runs page in one grouping, (wall, cpu) medians: first render (no index store: the first server after
+    the runs changed), then reruns of one session: as it opened, with the first row selected, after a smoothing
+    change (a band is smoothed again), with Group seeds off (when there is a group to fold)."""
+
+    def first() -> AppTest:
+        st.cache_resource.clear()
+        st.cache_data.clear()
+        for path in stores:
+            path.unlink(missing_ok=True)
+        at = AppTest.from_file(str(app), default_timeout=600)
+        at.switch_page("pages/runs.py").run()
+        return at
+
+    out = {"first render": wall_and_cpu(first, FIRST_RENDERS)}
+    at = first()
+    out["rerun"] = wall_and_cpu(at.run, reruns)
+    switch = at.toggle(key="runs_group_seeds")
+    folded = switch.value and not switch.disabled
+    at.session_state["runs_groups_table" if folded else "runs_table"] = {"selection": {"rows": [0], "columns": []}}
+    at.run()
+    out["rerun, first row selected"] = wall_and_cpu(at.run, reruns)
+    smoothings = iter([0.5, 0.6] * reruns)
+    out["rerun, smoothing changed"] = wall_and_cpu(
+        lambda: at.slider(key="cmp_smooth").set_value(next(smoothings)).run(), reruns)
+    if folded:
+        at.toggle(key="runs_group_seeds").set_value(False).run()
+        out["rerun, seeds not grouped"] = wall_and_cpu(at.run, reruns)
+    if at.exception:
+        raise RuntimeError(f"runs page: {[e.value for e in at.exception]}")
+    return out
+
+
 def time_stroke(runs_dir: Path) -> float:
     """The Predict page's per-stroke work (its fragment's body) on the default model."""
 
@@ -174,23 +241,44 @@ def score_all(runs_dir: Path, data_dir: Path) -> float:
     return time.perf_counter() - t0
 
 
+def every_page(runs_dir: Path, data_dir: Path, args) -> dict[str, float]:
+    """The core reads, each page's first render and rerun, a Predict stroke: seconds."""
+    row = time_core(runs_dir, args.reruns)
+    if args.drawings:
+        row["scoring every checkpoint once"] = score_all(runs_dir, data_dir)
+    for name, page in PAGES.items():
+        row[f"{name} page first render, no index store"], _ = time_page(
+            REPO / "streamlit_app.py", page, 0, stores=(runs_dir / ".index.json", data_dir / ".drawing-scores.json"))
+        row[f"{name} page first render"], row[f"{name} page rerun"] = time_page(
+            REPO / "streamlit_app.py", page, args.reruns)
+    row["predict stroke"] = time_stroke(runs_dir)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="100,1000,5000", help="comma-separated run counts, increasing")
     parser.add_argument("--reruns", type=int, default=5)
+    parser.add_argument("--groupings", default="",
+                        help=f"comma-separated, of {', '.join(GROUPINGS)}: the Runs page with the runs grouped so")
+    parser.add_argument("--groupings-only", action="store_true",
+                        help="time only the Runs page under --groupings (not every page with the runs as built)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--drawings", type=int, default=0,
                         help="save this many drawings first: every checkpoint then has a 'my drawings' score, "
                              "computed once in the background and kept beside it; the pages only read it")
     args = parser.parse_args(argv)
     sizes = sorted(int(n) for n in args.runs.split(",") if n)
+    groupings = [g for g in args.groupings.split(",") if g]
+    if set(groupings) - set(GROUPINGS):
+        parser.error(f"--groupings: use {', '.join(GROUPINGS)}")
     os.chdir(REPO)  # the pages' `ui` package and relative paths
     root = Path(tempfile.mkdtemp(prefix="brnn-history-"))
     runs_dir, data_dir = root / "runs", root / "data"
     runs_dir.mkdir()
     data_dir.mkdir()
     os.environ.update(BRNN_RUNS_DIR=str(runs_dir), BRNN_DATA_DIR=str(data_dir))
-    results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": str(REPO),
+    results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": git_commit(short=True),
                      "cpus": os.cpu_count(), "sizes": {}}
     try:
         save_drawings(data_dir, args.drawings)
@@ -201,22 +289,24 @@ def main(argv: list[str] | None = None) -> int:
         for n in sizes:
             grow(runs_dir, template, n)
             load0 = os.getloadavg()[0]
-            row = time_core(runs_dir, args.reruns)
-            if args.drawings:
-                row["scoring every checkpoint once"] = score_all(runs_dir, data_dir)
-            for name, page in PAGES.items():
-                row[f"{name} page first render, no index store"], _ = time_page(
-                    REPO / "streamlit_app.py", page, 0,
-                    stores=(runs_dir / ".index.json", data_dir / ".drawing-scores.json"))
-                row[f"{name} page first render"], row[f"{name} page rerun"] = time_page(
-                    REPO / "streamlit_app.py", page, args.reruns)
-            row["predict stroke"] = time_stroke(runs_dir)
+            row = {} if args.groupings_only else every_page(runs_dir, data_dir, args)
             row["load_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
             results["sizes"][n] = row
             print(f"\n{n} runs (load {row['load_1min'][0]} -> {row['load_1min'][1]})", flush=True)
             for key, value in row.items():
                 if key != "load_1min":
                     print(f"  {key:28} {value * 1000:10.1f} ms{target_note(n, key, value)}", flush=True)
+            for grouping in groupings:
+                regroup(runs_dir, grouping)
+                load0 = os.getloadavg()[0]
+                timed = runs_page_reruns(REPO / "streamlit_app.py", args.reruns,
+                                         (runs_dir / ".index.json", data_dir / ".drawing-scores.json"))
+                row[f"runs page, {grouping}"] = {**timed, "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+                print(f"\n{n} runs, {GROUPINGS[grouping]}: the Runs page (load {round(load0, 2)} -> "
+                      f"{round(os.getloadavg()[0], 2)})", flush=True)
+                for key, (wall, cpu) in timed.items():
+                    print(f"  {key:28} {wall * 1000:10.1f} ms (cpu {cpu * 1000:7.1f} ms)"
+                          f"{target_note(n, key, wall, GROUPED_TARGETS)}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out = args.json or RESULTS / f"{time.strftime('%Y-%m-%d_%H%M%S')}_history.json"

@@ -6,9 +6,7 @@ figure sets `uirevision`, so a redraw with new points keeps the user's zoom and 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -16,23 +14,10 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from brnn_core.series import GroupCurve, ema, group_curve
+
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=300, legend=dict(orientation="h", y=-0.25),
               hovermode="x unified")
-
-
-def ema(values: np.ndarray | pd.Series, weight: float) -> np.ndarray:
-    """TensorBoard's debiased exponential moving average (weight 0 = raw, 0.99 = very smooth)."""
-    values = np.asarray(values, dtype=float)
-    out = np.empty_like(values)
-    last, debias = 0.0, 0.0
-    for i, v in enumerate(values):
-        if not math.isfinite(v):
-            out[i] = v
-            continue
-        last = last * weight + (1 - weight) * v
-        debias = debias * weight + (1 - weight)
-        out[i] = last / debias if debias else v
-    return out
 
 
 def _figure(title: str, revision: str, *, x_title: str, y_title: str, log_y: bool = False) -> go.Figure:
@@ -124,45 +109,10 @@ def lr_figure(plan: tuple[list[int], list[float]], *, revision: str = "lr") -> g
     return note_if_empty(fig, "waiting for the first logged steps…")
 
 
-@dataclass(frozen=True)
-class GroupCurve:
-    """A group's curve: at each x every run has logged, the mean and sample std across its runs."""
-
-    x: np.ndarray
-    mean: np.ndarray
-    std: np.ndarray  # NaN where fewer than two runs have the point (a band of one run is no band)
-    n: int  # runs behind it
-
-    @property
-    def lower(self) -> np.ndarray:
-        return self.mean - self.std
-
-    @property
-    def upper(self) -> np.ndarray:
-        return self.mean + self.std
-
-
-def group_curve(series: Iterable[tuple[Sequence[float], Sequence[float]]]) -> GroupCurve | None:
-    """Mean and std per x of several runs' (x, y) curves, on the x values every run has: a seed that is still
-    training (or stopped early) shortens the band instead of leaving fewer runs behind its end, where the mean
-    would jump. A run logging one x twice counts its last value. None when no run has a point."""
-    frames = [pd.Series(np.asarray(y, dtype=float), index=np.asarray(x, dtype=float)).groupby(level=0).last()
-              for x, y in series if len(x)]
-    if not frames:
-        return None
-    common = frames[0].index
-    for frame in frames[1:]:
-        common = common.intersection(frame.index)
-    common = common.sort_values()
-    stack = np.vstack([frame.loc[common].to_numpy() for frame in frames])
-    std = stack.std(axis=0, ddof=1) if len(frames) > 1 else np.full(len(common), np.nan)
-    return GroupCurve(common.to_numpy(), stack.mean(axis=0), std, len(frames))
-
-
 COLOURS = plotly.colors.qualitative.Plotly  # one per overlaid run or group, in order: a band takes its mean's
 
 
-def _curve(metrics: pd.DataFrame, what: str, smoothing: float) -> tuple[pd.Series, np.ndarray] | None:
+def run_curve(metrics: pd.DataFrame, what: str, smoothing: float) -> tuple[pd.Series, np.ndarray] | None:
     """A run's (x, y) on a compare chart: smoothed training loss by step, or validation loss by epoch."""
     part = metrics[metrics["split"] == ("train" if what == "train" else "val")]
     if not len(part):
@@ -170,6 +120,12 @@ def _curve(metrics: pd.DataFrame, what: str, smoothing: float) -> tuple[pd.Serie
     if what == "train":
         return part["step"], ema(part["loss"], smoothing)
     return part["epoch"], part["loss"].to_numpy(dtype=float)
+
+
+def frames_band(frames: Iterable[pd.DataFrame], what: str, smoothing: float = 0.0) -> GroupCurve | None:
+    """A group's band on a compare chart from its runs' metrics DataFrames (each run smoothed first). The pages
+    take a group's band from `RunIndex.band`, built once per version of its runs' files."""
+    return group_curve(c for c in (run_curve(m, what, smoothing) for m in frames) if c is not None)
 
 
 def _translucent(colour: str, alpha: float = 0.2) -> str:
@@ -197,11 +153,12 @@ def add_group(fig: go.Figure, name: str, curve: GroupCurve, colour: str, *, log_
 
 def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, what: str = "train",
                    log_y: bool = False, branches: Iterable = (),
-                   groups: dict[str, dict[str, pd.DataFrame]] | None = None) -> go.Figure:
+                   groups: Mapping[str, GroupCurve | None] | None = None) -> go.Figure:
     """Overlay several runs: smoothed training loss by step, or validation loss by epoch.
 
-    `groups` (name -> {run id: metrics}) draws each seed group as its mean with a ±1 std band (add_group;
-    each run smoothed first, so the band is the spread between seeds, not batch noise), before the runs.
+    `groups` (name -> its band for this `what`: `RunIndex.band` or `frames_band`, each run smoothed first, so
+    the band is the spread between seeds, not batch noise) draws each seed group as its mean with a ±1 std band
+    (add_group), before the runs.
     A branch continues its parent's step (and epoch) axis, so parent and child share the x axis;
     `branches` (branch.BranchPoint: child, parent, checkpoint, step, epoch) marks where each
     child in `curves` leaves its parent with a dashed line, labelled."""
@@ -209,13 +166,12 @@ def compare_figure(curves: dict[str, pd.DataFrame], *, smoothing: float = 0.6, w
     fig = _figure(title, "compare-" + what, x_title="step" if what == "train" else "epoch", y_title="loss",
                   log_y=log_y)
     colours = iter(COLOURS * (1 + (len(curves) + len(groups or {})) // len(COLOURS)))
-    for name, members in (groups or {}).items():
-        curve = group_curve(c for c in (_curve(m, what, smoothing) for m in members.values()) if c is not None)
+    for name, curve in (groups or {}).items():
         colour = next(colours)
         if curve is not None:
             add_group(fig, name, curve, colour, log_y=log_y)
     for name, metrics in curves.items():
-        curve, colour = _curve(metrics, what, smoothing), next(colours)
+        curve, colour = run_curve(metrics, what, smoothing), next(colours)
         if curve is not None:
             fig.add_scatter(x=curve[0], y=curve[1], name=name, mode="lines" if what == "train" else "lines+markers",
                             line=dict(color=colour))

@@ -156,6 +156,7 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
             check_state_matches(expected_state(ckpt.model_config), ckpt.model_state)
         except CheckpointError as exc:
             raise CheckpointError(f"{name}: the header's model_config does not fit its tensors: {exc}") from None
+        check_finite(ckpt.model_state, name)
         return ckpt
     state = obj.get("state_dict", obj.get("model_state_dict", obj))
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -164,8 +165,21 @@ def _interpret(obj: Any, name: str) -> Checkpoint:
     state = {k.removeprefix("module."): v for k, v in state.items()}
     mcfg = infer_model_config(state, name)
     check_state_matches(expected_state(mcfg), state)  # e.g. a later layer of another width
+    check_finite(state, name)
     return Checkpoint(model_config=mcfg, model_state=state, classes=[str(i) for i in range(mcfg.num_classes)],
                       bare=True)
+
+
+def check_finite(state: dict[str, torch.Tensor], name: str) -> None:
+    """Refuse weights that hold NaN or infinity: such a model answers every input with the same class (or NaN),
+    so evaluating, predicting, fine-tuning or resuming from it only looks like it worked."""
+    bad = [key for key, value in state.items() if value.is_floating_point() and not torch.isfinite(value).all()]
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise CheckpointError(
+            f"{name}: refused, its weights hold NaN or infinite values ({shown}), so it cannot classify anything "
+            "(most likely saved after its training diverged). Use a checkpoint from before (a run's best.pt, or "
+            "the last.pt a diverged run keeps), or train again with a lower learning rate or gradient clipping")
 
 
 def _header_problem(ckpt: Checkpoint) -> str | None:

@@ -6,6 +6,7 @@ Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failu
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from brnn_core.data.canvas import load_image
 from brnn_core.data.datasets import DATASETS, DatasetError, default_data_dir
 from brnn_core.data.loading import ensure_dataset, load_dataset
 from brnn_core.devices import amp_problem, device_problem, resolve_device
-from brnn_core.fileio import atomic_write_json
+from brnn_core.fileio import atomic_write_json, inside, unwritable
 from brnn_core.inference.export import FORMATS as EXPORT_FORMATS
 from brnn_core.inference.export import ExportError, ExportMismatch, export_model
 from brnn_core.inference.predictor import Predictor
@@ -73,11 +74,31 @@ def main(argv: list[str] | None = None) -> int:
     except LockError as exc:  # its message names the lock file and how to mend it
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    except OSError as exc:  # a read-only or full runs folder: a message, not a traceback
-        where = f" ({exc.filename})" if exc.filename else ""
-        print(f"error: {exc.strerror or exc}{where}: make the runs folder writable and check that the disk has "
-              "free space", file=sys.stderr)
+    except OSError as exc:  # a read-only or full folder: a message that names it, not a traceback
+        print(f"error: {os_error_message(exc, args)}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def os_error_message(exc: OSError, args: argparse.Namespace) -> str:
+    """What failed, on which path, and what to do about it: the fix depends on whether the path is the command's
+    --out, in the runs folder or in the data folder (each named), or somewhere else."""
+    path = exc.filename
+    what = f"{exc.strerror or exc}" + (f" ({path})" if path else "")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{what}: free disk space on the disk that holds {path or 'the folders this command writes'}"
+    if not path:
+        return f"{what}: check that the folders this command uses can be written and that the disk has free space"
+    out = getattr(args, "out", None)
+    runs_dir = getattr(args, "runs_dir", None) or default_runs_dir()
+    data_dir = getattr(args, "data_dir", None) or default_data_dir()
+    if out is not None and (inside(path, out) or inside(out, path)):  # the file, or a folder on its way
+        return f"{what}: choose another --out, or make its folder writable"
+    if inside(path, runs_dir):
+        return f"{what}: make the runs folder writable ({Path(runs_dir).absolute()}) and check that the disk has " \
+               "free space"
+    if inside(path, data_dir):
+        return f"{what}: make the data folder ({Path(data_dir).absolute()}) readable and writable"
+    return f"{what}: check that it can be read and written, and that its disk has free space"
 
 
 def prog_name() -> str:
@@ -296,18 +317,26 @@ def cmd_lr_find(args) -> int:
     data_dir = args.data_dir or default_data_dir()
     if not 10 <= args.steps <= 10_000:
         raise BadInput(f"--steps {args.steps}: use 10 to 10,000 steps")
+    summary = args.out.with_suffix(".json")
+    if summary == args.out:
+        raise BadInput(f"--out {args.out}: the curve is written as CSV and its summary beside it as "
+                       f"{summary.name}, so they would share a file; name the curve {args.out.stem}.csv")
+    for path in (args.out, summary):  # before the test: an --out it cannot write fails now, not in minutes
+        problem = unwritable(path)
+        if problem:
+            raise BadInput(f"--out {args.out}: {problem}; choose another --out")
     cfg = load_train_config(args.config, args.set, data_dir)
 
     def test(turn) -> int:
         curve = lr_find.find_lr(cfg.replace(device=turn.device), data_dir, steps=args.steps,
                                 progress=lambda m: print(m, flush=True))
         curve.write_csv(args.out)
-        atomic_write_json(args.out.with_suffix(".json"), {"suggestion": curve.suggestion, "rule": lr_find.RULE,
-                                                         "suggestions": curve.suggestions(),
-                                                         "stopped_early": curve.stopped_early,
-                                                         "steps": len(curve.lrs)})
+        atomic_write_json(summary, {"suggestion": curve.suggestion, "rule": lr_find.RULE,
+                                    "suggestions": curve.suggestions(), "stopped_early": curve.stopped_early,
+                                    "steps": len(curve.lrs)})
         how = "stopped when the loss exploded" if curve.stopped_early else "ran to the end of the range"
-        print(f"{len(curve.lrs)} steps, lr {curve.lrs[0]:.1e} to {curve.lrs[-1]:.1e} ({how}); curve: {args.out}")
+        print(f"{len(curve.lrs)} steps, lr {curve.lrs[0]:.1e} to {curve.lrs[-1]:.1e} ({how}); curve: {args.out}, "
+              f"summary: {summary}")
         if curve.suggestion is None:
             print("no suggestion: the loss never fell over the range (try more --steps or another optimizer)")
             return 0

@@ -3,11 +3,13 @@
 Whole files are written to a temp file in the same folder and renamed over the target
 (rename is atomic on POSIX and Windows). Log lines are appended with one `os.write` on an
 O_APPEND descriptor, so concurrent writers never interleave and a killed writer leaves
-either the whole line or nothing.
+either the whole line or nothing. `inside` is the one answer to "does this path really lie in
+that folder", asked before anything is written, deleted or locked there.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -15,6 +17,39 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
+
+
+def inside(path: Path | str, folder: Path | str) -> bool:
+    """True when `path` lies in `folder` (or is it) once every symlink on the way to either is followed.
+
+    A path that leads out of its folder through a symlink (a run folder linked in from elsewhere, a
+    checkpoints/ that is a link) is not inside: nothing may be written, deleted or locked through it."""
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def unwritable(path: Path | str) -> str | None:
+    """Why a file cannot be written at `path` (None: it can), asked before long work that ends by writing it.
+    It tries for real (permissions, a read-only disk, a file where a folder should be) and leaves nothing behind:
+    a probe file in the nearest existing folder is removed, an existing file is opened for appending, unchanged."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder"
+    folder = next(p for p in (path.parent, *path.parent.parents) if p.exists() or p == Path(p.anchor or "."))
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    target = path if path.exists() else folder
+    try:
+        if path.exists():
+            with open(path, "ab"):
+                pass
+        else:
+            fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        return f"{target} cannot be written ({exc.strerror or exc})"
+    return None
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -61,11 +96,21 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
+def _not_there(exc: OSError) -> bool:
+    """True for a path that holds no file to read: missing, a folder where a file should be, a symlink loop.
+    Readers treat these like a missing file; an unreadable file (permissions, I/O) is still an error."""
+    return isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError) or exc.errno == errno.ELOOP
+
+
 def read_json(path: Path, default: Any = None) -> Any:
     try:
         return json.loads(Path(path).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return default
+    except OSError as exc:
+        if _not_there(exc):
+            return default
+        raise
 
 
 def read_complete_lines(path: Path, offset: int = 0) -> tuple[list[str], int]:
@@ -75,8 +120,10 @@ def read_complete_lines(path: Path, offset: int = 0) -> tuple[list[str], int]:
             fh.seek(offset)
             # up to the size it has now: a path that is a device (a log linked to /dev/full) never ends
             data = fh.read(max(os.fstat(fh.fileno()).st_size - offset, 0))
-    except FileNotFoundError:
-        return [], offset
+    except OSError as exc:
+        if _not_there(exc):
+            return [], offset
+        raise
     end = data.rfind(b"\n") + 1
     # surrogateescape: line.encode("utf-8", "surrogateescape") gives back the exact bytes
     lines = data[:end].decode("utf-8", errors="surrogateescape").split("\n")[:-1]

@@ -235,9 +235,11 @@ st.caption(f"{len(mine)} saved drawing{'' if len(mine) == 1 else 's'} for these 
            "page, *My drawings share* mixes them into training."
            if mine else "No saved drawings yet: draw a digit, then click its true label to save it.")
 teach_panel(path, len(mine), held, runs_dir, data_dir)
-thumbs = st.columns(8)
-for k, (d, img) in enumerate(reversed(mine[-MAX_SHOWN:])):
-    with thumbs[k % 8]:
-        st.image(img, width=56, caption=f"{d.class_name}{' · held out' if d.held_out else ''}")
-        st.button("Delete", key=f"del_{d.id}", on_click=on_delete, args=(d.id,), icon=":material/delete:",
-                  help=f"Delete this {d.class_name}")
+shown = list(reversed(mine[-MAX_SHOWN:]))
+for start in range(0, len(shown), 8):  # a row of columns per 8 drawings: each row starts in line
+    for column, (d, img) in zip(st.columns(8), shown[start:start + 8], strict=False):
+        with column:  # the label as a caption of the column's width: under a 56 px image "7 · held out" wrapped
+            st.image(img, width=56)
+            st.caption(f"{d.class_name}{' · held out' if d.held_out else ''}")
+            st.button("Delete", key=f"del_{d.id}", on_click=on_delete, args=(d.id,), icon=":material/delete:",
+                      help=f"Delete this {d.class_name}")

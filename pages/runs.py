@@ -30,6 +30,7 @@ from ui import groups, interop
 from ui.branch import branch_form
 from ui.common import LIVE_REFRESH_S, flash, folders, memo, run_index, select_run, show_flashes, state_label
 from ui.retention import free_disk_space, size_column, size_column_config
+from ui.selection import follow
 
 runs_dir, data_dir = folders()
 st.title("Runs")
@@ -40,11 +41,13 @@ if table.empty:
     st.info("No runs yet. Start one on the **Train** page.")
     st.stop()
 
-query = st.text_input("Filter", key="runs_filter", placeholder="val_accuracy > 0.97 and lr <= 0.01 and state:finished",
+query = st.text_input("Filter", key="runs_filter", placeholder="val_accuracy > 97 and lr <= 0.01 and state:finished",
                       help="Comparisons on the table's columns (val_accuracy, test_accuracy, lr, hidden, epochs, "
                            "dataset, cell == gru, bidirectional == false, …), state:NAME, tag:NAME, group:ID, "
-                           "joined with and / or / not and parentheses. Read as a filter, never run as code; the "
-                           "same as `python -m brnn_core runs list --filter`.")
+                           "joined with and / or / not and parentheses. Accuracies as the table shows them, in "
+                           "percent (val_accuracy > 97), or as a fraction (0.97): a number above 1 is a percent. "
+                           "Read as a filter, never run as code; the same as "
+                           "`python -m brnn_core runs list --filter`.")
 try:
     table = filter_table(table, query)
 except FilterError as exc:
@@ -75,8 +78,12 @@ run_columns = {
     "bidirectional": st.column_config.TextColumn("direction", help="two-way: rows read top-down and bottom-up; "
                                                  "one-way: top-down only (filter: bidirectional == false)"),
 }
-picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row",
-                      key="runs_groups_table" if folded else "runs_table",  # each view keeps its own selection
+table_key = "runs_groups_table" if folded else "runs_table"
+# the ticks stay on their runs (and groups) when new rows push them down; ticked runs stay ticked in their groups'
+# rows when seeds are grouped (a ticked group does not tick its thousand runs one by one when they are not)
+follow(table_key, view.identities(), view.answers() if folded else None, share="runs")
+picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_mode="multi-row", key=table_key,
+                      placeholder="",  # a missing value (no test report, no drawings score) is a blank cell
                       column_order=["run_id", *(["n"] if folded else []), "state", "dataset", "best_val_acc",
                                     "test_acc", "my_drawings_acc", "duration_s", "size_mb", "step", "epochs", "cell",
                                     "bidirectional", "hidden", "layers", "head", "batch", "lr", "optimizer", "device",
@@ -109,16 +116,18 @@ o1, o2, o3 = st.columns(3)
 smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smooth")
 log_y = o2.toggle("Log scale", key="cmp_log")
 curves = {rid: index.metrics(rid) for rid in shown_ids}  # only the overlaid runs' whole metrics
-bands = {f"group {gid}": {rid: index.metrics(rid) for rid in members} for gid, members in picked_groups.items()}
+# a group's band: built once per version of its runs' files (a thousand seeds cost a stat each on a rerun)
+bands = {what: {f"group {gid}": index.band(list(members), what, smoothing if what == "train" else 0.0)
+                for gid, members in picked_groups.items()} for what in ("train", "val")}
 points = branch_points(runs_dir, shown_ids)
-frames = [*curves.items(), *((rid, df) for members in bands.values() for rid, df in members.items())]
-curves_key = (tuple((rid, id(df), len(df)) for rid, df in frames), tuple(bands), repr(points))  # re-read: new frame
+curves_key = (tuple((rid, id(df), len(df)) for rid, df in curves.items()), repr(points))  # re-read: new frame
 train_col, val_col = st.columns(2)
-train_col.plotly_chart(memo("cmp_train", (curves_key, smoothing, log_y), lambda: charts.compare_figure(
-    curves, smoothing=smoothing, what="train", log_y=log_y, branches=points, groups=bands)), key="cmp_train",
-    on_select="ignore")
-val_col.plotly_chart(memo("cmp_val", (curves_key, log_y), lambda: charts.compare_figure(
-    curves, what="val", log_y=log_y, branches=points, groups=bands)), key="cmp_val", on_select="ignore")
+train_col.plotly_chart(memo("cmp_train", (curves_key, tuple(bands["train"].items()), smoothing, log_y),
+                            lambda: charts.compare_figure(curves, smoothing=smoothing, what="train", log_y=log_y,
+                                                          branches=points, groups=bands["train"])),
+                       key="cmp_train", on_select="ignore")
+val_col.plotly_chart(memo("cmp_val", (curves_key, tuple(bands["val"].items()), log_y), lambda: charts.compare_figure(
+    curves, what="val", log_y=log_y, branches=points, groups=bands["val"])), key="cmp_val", on_select="ignore")
 interop.compare_two(runs_dir, selected if rows else [])  # two runs selected: config and environment side by side
 
 st.divider()
@@ -128,6 +137,11 @@ overlaid = selected + [rid for members in picked_groups.values() for rid in memb
 default = wanted if wanted in ids else (overlaid[0] if overlaid else ids[0])
 run_id = st.selectbox("Inspect one run", ids, index=ids.index(default), key="inspect")
 run = Run(runs_dir / run_id)
+if not run.exists():  # an entry that is no run folder to read (a symlink loop, a link to nothing): its problem
+    problem = table.set_index("run_id")["problem"].get(run_id)
+    st.error(f"{run_id} cannot be inspected: {problem if isinstance(problem, str) else 'it has no config.json'}.",
+             icon=":material/error:")
+    st.stop()
 status = run.status()
 watching = status.get("state") in ACTIVE_STATES
 
@@ -154,14 +168,19 @@ def on_save_notes(run_path: str, tags_key: str, note_key: str) -> None:
 
 
 with st.expander("Tags and note", icon=":material/sell:"):
-    notes = read_notes(run.path)
-    tags_key, note_key = f"tags_{run.id}", f"note_{run.id}"
-    st.text_input("Tags (comma-separated)", value=", ".join(notes.tags), key=tags_key,
-                  help="Short words (letters, digits, . _ -); the filter above finds them with tag:NAME. The same "
-                       "as `python -m brnn_core runs tag RUN --add NAME`.")
-    st.text_area("Note", value=notes.note, key=note_key, height=100, max_chars=MAX_NOTE,
-                 help="Free text, kept in the run folder (notes.json).")
-    st.button("Save tags and note", on_click=on_save_notes, args=(str(run.path), tags_key, note_key))
+    try:
+        notes = read_notes(run.path)
+    except OSError as exc:  # saving would replace what could not be read: say so instead of offering it
+        st.caption(f"notes.json cannot be read ({exc.strerror or exc}), so its tags and note are not shown.")
+        notes = None
+    if notes is not None:
+        tags_key, note_key = f"tags_{run.id}", f"note_{run.id}"
+        st.text_input("Tags (comma-separated)", value=", ".join(notes.tags), key=tags_key,
+                      help="Short words (letters, digits, . _ -); the filter above finds them with tag:NAME. The "
+                           "same as `python -m brnn_core runs tag RUN --add NAME`.")
+        st.text_area("Note", value=notes.note, key=note_key, height=100, max_chars=MAX_NOTE,
+                     help="Free text, kept in the run folder (notes.json).")
+        st.button("Save tags and note", on_click=on_save_notes, args=(str(run.path), tags_key, note_key))
 branch_form(run, runs_dir, data_dir, key="runs_branch")
 
 
@@ -246,9 +265,19 @@ with tab_events:
 with tab_env:
     interop.environment(run)
 
+
+def file_bytes(path: Path) -> bytes | None:
+    """The file's bytes to download, None when there is none to read (a folder in its place, an unreadable file:
+    the table's problem column says so)."""
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
+
+
 with tab_files:
-    st.download_button("Download metrics.csv", run.metrics_path.read_bytes(), file_name=f"{run.id}-metrics.csv",
-                       mime="text/csv")
+    if (metrics_csv := file_bytes(run.metrics_path)) is not None:
+        st.download_button("Download metrics.csv", metrics_csv, file_name=f"{run.id}-metrics.csv", mime="text/csv")
     if run.best_ckpt.is_file():
         st.download_button("Download best checkpoint", run.best_ckpt.read_bytes(), file_name=f"{run.id}-best.pt",
                            mime="application/octet-stream")

@@ -212,6 +212,11 @@ def starting_panel(sweep: Sweep) -> None:
         st.code(log, language=None)
 
 
+def text_width(longest: str) -> int:
+    """Pixels a table column needs for this text at the dataframe's font (and the cell's padding)."""
+    return round(7.5 * len(longest)) + 24
+
+
 def live_panel(sweep_path: str, seen_state: str | None) -> None:
     """Re-reads the sweep and its trials on a timer; a state change reruns the page (its buttons)."""
     sweep = Sweep(sweep_path)
@@ -229,8 +234,12 @@ def live_panel(sweep_path: str, seen_state: str | None) -> None:
     states = table["state"].map(lambda s: State.RUNNING if s in ACTIVE_STATES else s).value_counts()
     tally = " · ".join(f"{n} {s}" for s, n in sorted(states.items()))
     st.caption(f"{len(table)} of {info.get('plan', {}).get('trials', '?')} trials started · {tally or 'none yet'}")
-    st.dataframe(table, hide_index=True, key="sweep_table", column_config={
-        "run_id": st.column_config.TextColumn("run"), "lr": st.column_config.NumberColumn("lr", format="%.3g"),
+    # Widths of their own: a table first drawn empty (the sweep just started) keeps the widths its headers gave,
+    # which cut every run id that arrives later. A missing value (a trial before its first epoch) stays blank.
+    st.dataframe(table, hide_index=True, key="sweep_table", placeholder="", column_config={
+        "run_id": st.column_config.TextColumn("run", width=text_width(f"{sweep.id}-t000")),
+        "state": st.column_config.TextColumn("state", width=text_width("interrupted")),
+        "lr": st.column_config.NumberColumn("lr", format="%.3g"),
         f"best {metric}": st.column_config.NumberColumn(format="%.4f"),
         f"last {metric}": st.column_config.NumberColumn(format="%.4f"),
         "note": st.column_config.TextColumn("why it ended", width="large")})

@@ -27,7 +27,7 @@ from brnn_core.config import (
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
 from brnn_core.devices import amp_auto_label, device_choices
 from brnn_core.model import CELL_TITLES, INPUT_SCALES, ModelConfig, network_name
-from brnn_core.runs.progress import lr_plan, progress_text
+from brnn_core.runs.progress import Pace, lr_plan, progress_text
 from brnn_core.runs.protocol import STOP, live_settings, outcomes, send_live_changes
 from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError
@@ -186,15 +186,28 @@ def on_start() -> None:
                                                         if len(new) > 1 else ""))
 
 
+def sent_or_said(send):
+    """send()'s result, or None with the reason flashed (a run linked in from elsewhere is read-only here)."""
+    try:
+        return send()
+    except (RunError, OSError) as exc:
+        flash("error", f"Not sent: {exc}")
+        return None
+
+
 def on_command(cmd: str) -> None:
-    cid = run.send_command(cmd)
+    cid = sent_or_said(lambda: run.send_command(cmd))
+    if cid is None:
+        return
     st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = cmd.capitalize()
     flash("info", {"pause": "Pausing…", "resume": "Resuming…", "stop": "Stopping: saving a checkpoint first…"}[cmd])
 
 
 def on_cancel() -> None:
     """Take the queued run out of the queue: its worker ends it `stopped` (it never trained, nothing is lost)."""
-    cid = run.send_command(STOP)
+    cid = sent_or_said(lambda: run.send_command(STOP))
+    if cid is None:
+        return
     st.session_state.setdefault("pending", {}).setdefault(run.id, {})[cid] = "Cancel"
     flash("info", f"Cancelling {run.id}: it leaves the queue…")
 
@@ -229,7 +242,9 @@ def on_apply_live(current: dict) -> None:
     wanted = live_wanted()
     if live_problems(run, wanted):
         return  # the fields say what is wrong; nothing is sent
-    sent = send_live_changes(run, current, wanted)
+    sent = sent_or_said(lambda: send_live_changes(run, current, wanted))
+    if sent is None:
+        return
     st.session_state.setdefault("pending", {}).setdefault(run.id, {}).update(sent)
     # a toast: it goes by itself, while the outcome of each change shows in the live panel until it is answered
     st.toast("Sent: " + ", ".join(sent.values()) if sent else "Nothing changed.", icon=":material/send:")
@@ -329,8 +344,11 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
         kind(message)
     total = s.get("total_steps") or 0
     batch = train.get("batch_size")
-    st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0,
-                text=progress_text(s, batch) or ("waiting…" if s.get("state") in ACTIVE_STATES else "no step trained"))
+    metrics = live_run.metrics()
+    logged = metrics[metrics["split"] == "train"]
+    pace = Pace.from_points(logged["step"], logged["elapsed_s"])  # the ETA the CLI prints, from the same points
+    st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0, text=progress_text(s, batch, pace) or (
+        "waiting…" if s.get("state") in ACTIVE_STATES else "no step trained"))
     events = live_run.events()
     sent = st.session_state.get("pending", {}).get(live_run.id, {})
     if s.get("state") not in ACTIVE_STATES:  # what was sent to this run is answered: its state says the rest
@@ -346,11 +364,9 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
             answers.warning(f"{outcome.label}: {outcome.message}")
         else:
             answers.caption(f"{outcome.label}: waiting for the worker…")
-    metrics = live_run.metrics()
     m1, m2, m3, m4 = st.columns(4)
-    train = metrics[metrics["split"] == "train"]
     val = metrics[metrics["split"] == "val"]
-    m1.metric("train loss", f"{train['loss'].iloc[-1]:.4f}" if len(train) else "–")
+    m1.metric("train loss", f"{logged['loss'].iloc[-1]:.4f}" if len(logged) else "–")
     m2.metric("val loss", f"{val['loss'].iloc[-1]:.4f}" if len(val) else "–")
     m3.metric("val accuracy", f"{100 * val['accuracy'].iloc[-1]:.2f}%" if len(val) else "–")
     m4.metric("test accuracy", f"{100 * s['test_acc']:.2f}%" if s.get("test_acc") is not None else "–")

@@ -429,3 +429,17 @@ def open_page(page: str, title: str):
     no_exception(at)
     assert at.title[0].value == title
     return at
+
+
+def walk_runs_and_train_pages(ids: set[str]) -> None:
+    """The Runs page (one run a row) lists exactly `ids`, each inspected without an exception, then the Train page
+    renders too: how a damaged runs folder is checked from the pages."""
+    at = open_page("pages/runs.py", "Runs")
+    at.toggle(key="runs_group_seeds").set_value(False).run()  # copies of one run are a seed group: one run a row
+    no_exception(at)
+    assert set(at.dataframe(key="runs_table").value["run_id"]) == ids
+    for run_id in ids:
+        at.selectbox(key="inspect").select(run_id).run()
+        no_exception(at, run_id)
+    at.switch_page("pages/train.py").run()
+    no_exception(at)

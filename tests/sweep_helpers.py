@@ -20,7 +20,9 @@ import psutil
 from helpers import REPO, cli_env, tail
 
 from brnn_core.runs.rundir import Run
-from brnn_core.sweep.records import Sweep, list_sweeps
+from brnn_core.sweep.plan import SweepRequest, plan_sweep
+from brnn_core.sweep.records import Sweep, create_trial_run, list_sweeps, sweeps_dir
+from brnn_core.sweep.runner import create_sweep
 
 TINY = ["--set", "hidden_size=8", "--set", "num_layers=1"]
 SWEEP_TIMEOUT = 900  # s: two busy cores, and Ray takes its time to start
@@ -116,3 +118,28 @@ def val_rows(run: Run):
     m = run.metrics()
     return m[m["split"] == "val"].reset_index(drop=True)
 
+
+def written_sweep(runs: Path, data: Path) -> str:
+    """A 4-trial lr sweep's files as its driver and trials leave them, written with the sweep's own writers and no
+    Ray (for the pages, which only read them): two trials finished, one training (this process stands in for its
+    worker and for the driver), one queued. Returns the sweep id."""
+    request = SweepRequest(search=["lr=loguniform:0.001:0.03"], trials=4,
+                           sets=["dataset=mnist-sample", "hidden_size=8", "num_layers=1", "epochs=2"])
+    plan = plan_sweep(request, runs, data)
+    create_sweep(plan, sweeps_dir(runs) / plan.sweep_id, runs.parent / "ray", data)
+    me = {"pid": os.getpid(), "pid_started": psutil.Process().create_time(), "heartbeat": time.time()}
+    ids = []
+    for k, lr in enumerate((0.003, 0.01, 0.02, 0.0015)):
+        run = create_trial_run(runs, data, plan.sweep_id, f"a1b2c_{k:05d}", {**plan.base, "lr": lr}, {"lr": lr},
+                               "fifo", "val_loss")
+        ids.append(run.id)
+        if k < 2:
+            for epoch in (1, 2):
+                run.log_metric(step=8 * epoch, epoch=epoch, split="train", loss=1.0 / epoch, lr=lr)
+                run.log_metric(step=8 * epoch, epoch=epoch, split="val", loss=0.8 / epoch + 0.1 * k, accuracy=0.8,
+                               lr=lr)
+            run.write_status(state="finished", message="finished", step=16, epoch=2)
+        elif k == 2:
+            run.write_status(state="running", message="epoch 1/2", step=4, epoch=0, **me)
+    Sweep(sweeps_dir(runs) / plan.sweep_id).write(trials=ids)
+    return plan.sweep_id

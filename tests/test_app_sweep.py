@@ -13,7 +13,7 @@ import psutil
 import pytest
 from helpers import build_app, no_exception, tail, wait_for
 from streamlit.testing.v1 import AppTest
-from sweep_helpers import TINY, end_group, finish, run_sweep, start_sweep, trial_runs, val_rows
+from sweep_helpers import TINY, end_group, finish, run_sweep, start_sweep, trial_runs, val_rows, written_sweep
 
 from brnn_core.sweep.records import list_sweeps
 
@@ -38,6 +38,23 @@ def app(runs_dir, data_dir, monkeypatch) -> AppTest:
 
 def start_button(at: AppTest):
     return next(b for b in at.button if b.label == "Start sweep")
+
+
+def test_the_trials_table_fits_its_run_ids_and_leaves_missing_values_blank(tmp_path, monkeypatch):
+    """The table's widths are set, not measured from its first rows: a sweep's table is first drawn empty (cutting
+    every run id that arrives later to '2026120'); a trial before its first epoch has no score: blank, not None."""
+    runs, data = tmp_path / "runs", tmp_path / "data"
+    sweep_id = written_sweep(runs, data)
+    at = app(runs, data, monkeypatch)
+    no_exception(at)
+    (trials,) = [d for d in at.dataframe if "trial" in d.value.columns]
+    table = trials.value
+    assert table["best val_loss"].isna().sum() == 2  # the running and the queued trial
+    assert trials.proto.placeholder == ""
+    columns = json.loads(trials.proto.columns)
+    longest = max(len(rid) for rid in table["run_id"])
+    assert longest >= len(sweep_id) and columns["run_id"].get("width", 0) >= 7 * longest + 20, columns["run_id"]
+    assert columns["state"].get("width", 0) >= 7 * len("interrupted") + 20, columns["state"]
 
 
 def test_empty_page_offers_a_valid_default_sweep(tmp_path, monkeypatch):

@@ -145,7 +145,8 @@ def seed_metrics(offset: float) -> pd.DataFrame:
 
 def test_compare_figure_draws_a_group_as_its_mean_inside_a_translucent_band():
     group = {"a": seed_metrics(0.0), "b": seed_metrics(0.2), "c": seed_metrics(0.4)}
-    fig = charts.compare_figure({"single": seed_metrics(1.0)}, smoothing=0.0, what="train", groups={"g1": group})
+    band = charts.frames_band(group.values(), "train", smoothing=0.0)
+    fig = charts.compare_figure({"single": seed_metrics(1.0)}, smoothing=0.0, what="train", groups={"g1": band})
     lower, upper, mean, single = fig.data
     assert mean.name == "g1 mean ± std (n=3)" and single.name == "single"
     assert upper.fill == "tonexty" and lower.fill is None  # the band fills from the upper edge down to the lower
@@ -157,14 +158,16 @@ def test_compare_figure_draws_a_group_as_its_mean_inside_a_translucent_band():
     np.testing.assert_allclose(mean.y, [1.95, 1.7, 1.45, 1.2])  # 2 - s/4 + mean offset 0.2
     np.testing.assert_allclose(np.asarray(upper.y) - np.asarray(mean.y), 0.2)  # std of 0, 0.2, 0.4
     np.testing.assert_allclose(np.asarray(mean.y) - np.asarray(lower.y), 0.2)
-    val = charts.compare_figure({}, what="val", groups={"g1": group})
+    val = charts.compare_figure({}, what="val", groups={"g1": charts.frames_band(group.values(), "val")})
     assert list(val.data[2].x) == [1, 2]  # validation by epoch
     np.testing.assert_allclose(val.data[2].y, [1.45, 1.2])
 
 
 def test_a_group_band_is_smoothed_per_run_and_stays_positive_on_a_log_axis():
     group = {"a": seed_metrics(0.0), "b": seed_metrics(0.0), "c": seed_metrics(10.0)}  # std 5.8 > mean 5.1
-    fig = charts.compare_figure({}, smoothing=0.5, what="train", groups={"g": group}, log_y=True)
+    fig = charts.compare_figure({}, smoothing=0.5, what="train", groups={"g": charts.frames_band(group.values(),
+                                                                                              "train", 0.5)},
+                                log_y=True)
     lower, upper, mean = fig.data
     smoothed = [charts.ema(m[m.split == "train"]["loss"], 0.5) for m in group.values()]
     np.testing.assert_allclose(mean.y, np.mean(smoothed, axis=0))

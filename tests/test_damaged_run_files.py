@@ -5,7 +5,7 @@ read_run, and on the Runs and Train pages."""
 from __future__ import annotations
 
 import pytest
-from helpers import copy_run, no_exception, open_page
+from helpers import copy_run, walk_runs_and_train_pages
 
 from brnn_core.runs.index import RunIndex, read_run
 from brnn_core.training.reports import read_report
@@ -54,13 +54,4 @@ def test_one_damaged_file_leaves_the_listing_whole(tmp_path, finished, case):
 
 def test_the_runs_and_train_pages_show_every_run_beside_damaged_ones(dirs, finished):
     runs_dir, _ = dirs
-    ids = damaged_runs(runs_dir, finished)
-    at = open_page("pages/runs.py", "Runs")
-    no_exception(at)
-    at.toggle(key="runs_group_seeds").set_value(False).run()  # copies of one run are a seed group: one run a row
-    assert set(at.dataframe(key="runs_table").value["run_id"]) == {GOOD, *ids}
-    for run_id in ids:  # inspecting each damaged run
-        at.selectbox(key="inspect").select(run_id).run()
-        no_exception(at, run_id)
-    at.switch_page("pages/train.py").run()
-    no_exception(at)
+    walk_runs_and_train_pages({GOOD, *damaged_runs(runs_dir, finished)})

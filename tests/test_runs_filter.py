@@ -34,6 +34,40 @@ def test_expressions(text, expected):
     assert parse_filter(text)(ROW) is expected
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("val_acc > 97", True),  # percent, as the Runs page shows it (97.50)
+    ("val_acc > 97%", True),
+    ("val_acc > 0.97", True),  # a fraction, as runs list and metrics.csv hold it
+    ("val_acc > 98", False),
+    ("val_accuracy >= 97.5 and val_accuracy <= 97.5%", True),
+    ("val_acc >= 1", False),  # 1 is a fraction: a perfect run
+    ("val_acc < 100", True),
+    ("not val_acc > 99.9", True),
+])
+def test_accuracies_are_read_as_the_table_shows_them(text, expected):
+    assert parse_filter(text)(ROW) is expected
+
+
+@pytest.mark.parametrize("text, where", [
+    ("val_acc > 150", 11),
+    ("val_acc > 100%", 11),
+    ("test_acc > 1", 12),  # a fraction above 1
+    ("val_accuracy < 0", 16),
+    ("lr > 0.01 and test_acc == 101", 27),
+])
+def test_an_accuracy_no_run_can_have_is_refused_naming_the_unit(text, where):
+    with pytest.raises(FilterError) as caught:
+        parse_filter(text)
+    message = str(caught.value)
+    assert "can match no run: accuracies run from 0 to 100 % (or 0 to 1)" in message, message
+    assert f"at position {where}:" in message, message
+
+
+def test_a_percent_sign_is_for_accuracies_only():
+    with pytest.raises(FilterError, match="a value in % is for accuracies"):
+        parse_filter("lr > 5%")
+
+
 @pytest.mark.parametrize("text, where, says", [
     ("val_accuracy > > 0.97", 16, "expected a value"),
     ("lr <= 0.01 and", 15, "expected a field"),
@@ -90,3 +124,20 @@ def test_the_runs_page_filter_box(three_runs, monkeypatch):
     assert len(at.dataframe(key="runs_table").value) == 3  # a bad filter lists every run
     at.text_input(key="runs_filter").input("lr > 1").run()
     assert any("No run matches" in i.value for i in at.info)
+
+
+def test_the_runs_page_filter_takes_accuracies_as_the_table_shows_them(three_runs, monkeypatch):
+    monkeypatch.setenv("BRNN_RUNS_DIR", str(three_runs))
+    monkeypatch.setenv("BRNN_DATA_DIR", str(three_runs.parent / "data"))
+    at = open_page("pages/runs.py", "Runs")
+    shown = at.dataframe(key="runs_table").value["best_val_acc"]  # percent, e.g. 85.47
+    assert (shown > 1).all()
+    threshold = round(float(shown.min()) - 0.01, 2)  # a value read off the table: every run is above it
+    at.text_input(key="runs_filter").input(f"val_acc > {threshold}").run()
+    no_exception(at)
+    assert len(at.dataframe(key="runs_table").value) == 3 and not at.error
+    at.text_input(key="runs_filter").input(f"val_acc > {threshold / 100}").run()  # the same as a fraction
+    assert len(at.dataframe(key="runs_table").value) == 3
+    at.text_input(key="runs_filter").input("val_acc > 150").run()
+    no_exception(at)
+    assert any("val_acc > 150 can match no run" in e.value for e in at.error), [e.value for e in at.error]

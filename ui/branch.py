@@ -67,7 +67,10 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
                      help="Another optimizer starts with a fresh state.")
         if kind == "best":
             st.caption("best.pt keeps only the weights: the branch starts with a fresh optimizer state.")
-        tags = read_notes(run.path).tags
+        try:
+            tags = read_notes(run.path).tags
+        except OSError:  # an unreadable notes.json: no tags to keep (the runs table says why)
+            tags = ()
         tags_key = f"{key}_{run.id}_keep_tags"
         st.checkbox(f"Keep the parent's tags ({', '.join(tags)})" if tags else "Keep the parent's tags (it has none)",
                     key=tags_key, value=False, disabled=not tags,
@@ -86,8 +89,10 @@ def _readable_checkpoints(run: Run) -> dict[str, dict]:
         path = run.last_ckpt if kind == "last" else run.best_ckpt
         try:
             found[kind] = _defaults(str(run.path), kind, path.stat().st_mtime_ns)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # none (or a file in checkpoints/'s place)
             continue
+        except OSError as exc:
+            st.caption(f"{kind}.pt cannot be read: {exc.strerror or exc}")
         except ValueError as exc:  # CheckpointError: a damaged or foreign file
             st.caption(f"{kind}.pt cannot be branched from: {exc}")
     return found

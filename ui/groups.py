@@ -8,6 +8,7 @@ import streamlit as st
 
 from brnn_core.runs.groups import Folded, fold_groups, has_groups, unfolded
 from brnn_core.runs.index import RunIndex
+from ui.selection import follow
 
 SPREAD_COLUMNS = ("best_val_acc", "test_acc", "my_drawings_acc")  # in percent on the page
 TOTAL_COLUMNS = ("size_mb",)  # a group's row: what its runs hold together
@@ -50,6 +51,7 @@ def group_runs(index: RunIndex, group: str, run_ids: tuple[str, ...], shown: pd.
     st.markdown(f"**Seed group {group}** · {len(rows)} runs, seeds "
                 f"{', '.join(str(seeds.get(rid)) for rid in rows['run_id'])}. Select runs here to overlay them one "
                 "by one beside the group's band.")
-    picked = st.dataframe(rows, hide_index=True, on_select="rerun", selection_mode="multi-row",
+    follow(f"group_runs_{group}", list(rows["run_id"]))  # a new seed sorts in: the ticks stay on their runs
+    picked = st.dataframe(rows, hide_index=True, on_select="rerun", selection_mode="multi-row", placeholder="",
                           key=f"group_runs_{group}", column_order=GROUP_RUN_COLUMNS, column_config=run_columns)
     return [rows.iloc[i]["run_id"] for i in (picked.selection.rows if picked else [])]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from brnn_core.fileio import atomic_write
+from brnn_core.fileio import atomic_write, inside
 
 UPLOADS_FOLDER = ".uploads"
 ALLOWED_SUFFIXES = (".pt", ".ckpt", ".pth")
@@ -45,7 +45,7 @@ def save_upload(runs_dir: Path, data: bytes, filename: str = "", max_bytes: int 
     root = Path(runs_dir).resolve()
     folder = root / UPLOADS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    if not folder.resolve().is_relative_to(root):
+    if not inside(folder, root):
         raise UploadError(f"{folder} points outside the runs folder {root}; remove it")
     target = folder / f"{hashlib.sha256(data).hexdigest()[:20]}{safe_suffix(filename)}"
     if not (target.is_file() and not target.is_symlink() and target.stat().st_size == len(data)):

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from brnn_core.fileio import unwritable
 from brnn_core.runs import tensorboard_log
 from brnn_core.runs.export import group_summary, long_table, write_table
 from brnn_core.runs.filter import FilterError, filter_table
@@ -84,6 +85,9 @@ def cmd_export(args) -> int:
     if args.out.suffix.lower() not in (".csv", ".parquet") or args.format not in (None, args.out.suffix[1:].lower()):
         raise RunError(f"--out {args.out}: name a .csv or .parquet file" +
                        (f" (--format {args.format} writes .{args.format})" if args.format else ""))
+    problem = unwritable(args.out)
+    if problem:
+        raise RunError(f"--out {args.out}: {problem}; choose another --out")
     table = selected(runs_dir, args.filter)
     frame = long_table(runs_dir, table)
     write_table(frame, args.out)
@@ -131,8 +135,11 @@ def cmd_list(args) -> int:
     elif args.format == "json":
         print(json.dumps(table.astype(object).where(table.notna(), None).to_dict("records"), indent=2, default=str))
     else:
-        shown = table if args.groups else table[TABLE_COLUMNS]
-        print(shown.to_string(index=False, na_rep="") if len(shown) else "no runs match")
+        damaged = not args.groups and table["problem"].fillna("").astype(bool).any()
+        shown = table if args.groups else table[TABLE_COLUMNS + (["problem"] if damaged else [])]
+        # convert_dtypes: a damaged run's empty cells must not turn the others' whole numbers into floats
+        shown = shown.convert_dtypes()
+        print(shown.astype(object).where(shown.notna(), "").to_string(index=False) if len(shown) else "no runs match")
     return 0
 
 

@@ -7,6 +7,11 @@
 Comparisons (`< <= > >= == !=`) on a table column or an alias, `tag:NAME`, `group:ID`, `state:NAME`, joined
 with `and`, `or`, `not` and parentheses. It is parsed here, never evaluated as Python: anything else is a
 FilterError whose message points at the bad part.
+
+Accuracies are fractions in the runs table (0.9822) and percent on the Runs page (98.22): a filter takes either,
+as the reader sees them. A number from 0 to 1 is a fraction, a number above 1 or one written with % is a percent
+(`val_acc > 97`, `val_acc > 97%` and `val_acc > 0.97` are one filter). A comparison that no accuracy can meet
+(`val_acc > 150`, `val_acc > 1`) is refused, saying why, instead of silently matching nothing.
 """
 
 from __future__ import annotations
@@ -21,17 +26,20 @@ from brnn_core.config import BOOL_WORDS
 ALIASES = {"val_accuracy": "best_val_acc", "val_acc": "best_val_acc", "test_accuracy": "test_acc",
            "hidden_size": "hidden", "num_layers": "layers", "batch_size": "batch", "id": "run_id"}
 KEYS = ("tag", "group", "state")
+ACCURACIES = ("best_val_acc", "test_acc")  # fractions in the table, percent on the page: either is accepted
 OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
        "==": lambda a, b: a == b, "=": lambda a, b: a == b, "!=": lambda a, b: a != b}
 TOKEN = re.compile(r"""\s*(?:(?P<paren>[()])|(?P<op><=|>=|==|!=|<|>|=)|(?P<string>"[^"]*"|'[^']*')
-                       |(?P<word>[A-Za-z0-9_.:+\-/]+))""", re.VERBOSE)
+                       |(?P<word>[A-Za-z0-9_.:+\-/]+%?))""", re.VERBOSE)
 
+MAX_DEPTH = 50  # parentheses and `not`s inside one another: far past any filter a person writes, far below
+# Python's recursion limit (the parser and the predicate it builds both recurse once per level)
 Row = Mapping[str, object]
 Predicate = Callable[[Row], bool]
 
 
 class FilterError(ValueError):
-    """A filter that does not parse; the message shows where."""
+    """A filter that does not parse, or a comparison no run can meet; the message shows where."""
 
 
 @dataclass(frozen=True)
@@ -57,14 +65,20 @@ def tokens(text: str) -> list[Token]:
     return out
 
 
+SHOWN = 60  # characters of a long filter shown on each side of the bad part
+
+
 def _pointing(text: str, at: int, problem: str) -> str:
-    return f"{problem} at position {at + 1}:\n  {text}\n  {' ' * at}^"
+    start = max(0, at - SHOWN)
+    shown = ("…" if start else "") + text[start:at + SHOWN] + ("…" if at + SHOWN < len(text) else "")
+    return f"{problem} at position {at + 1}:\n  {shown}\n  {' ' * (at - start + (1 if start else 0))}^"
 
 
 class _Parser:
     def __init__(self, text: str, columns: set[str] | None):
         self.text, self.columns = text, columns
         self.tokens, self.k = tokens(text), 0
+        self.depth = 0  # parentheses and `not`s open around the token being parsed
 
     def peek(self) -> Token:
         return self.tokens[self.k]
@@ -99,17 +113,27 @@ class _Parser:
             parts.append(part())
         return parts[0] if len(parts) == 1 else (lambda row: combine(p(row) for p in parts))
 
+    def deeper(self, token: Token) -> None:
+        """One more level of nesting at `token`; a FilterError past MAX_DEPTH (before Python's recursion ends)."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(token, f"nested too deep: more than {MAX_DEPTH} parentheses and 'not's inside one "
+                                   "another; write it with fewer (not not x is x)")
+
     def negation(self) -> Predicate:
         if self.peek().kind == "word" and self.peek().text.lower() == "not":
-            self.take()
+            self.deeper(self.take())
             inner = self.negation()
+            self.depth -= 1
             return lambda row: not inner(row)
         return self.atom()
 
     def atom(self) -> Predicate:
         token = self.take()
         if token.kind == "paren" and token.text == "(":
+            self.deeper(token)
             inner = self.any_of()
+            self.depth -= 1
             close = self.take()
             if close.text != ")":
                 raise self.fail(close, "expected ')'")
@@ -131,14 +155,30 @@ class _Parser:
         value = self.take()
         if value.kind not in ("word", "string"):
             raise self.fail(value, "expected a value (a number or a word)")
-        return _comparison(field, OPS[op.text], _value(value.text))
+        wanted = _value(value.text)
+        if field in ACCURACIES and isinstance(wanted, float):
+            wanted = self.accuracy(token.text, op.text, value, wanted)
+        elif value.kind == "word" and value.text.endswith("%"):
+            raise self.fail(value, f"a value in % is for accuracies ({', '.join(ACCURACIES)}), not {token.text!r}")
+        return _comparison(field, OPS[op.text], wanted)
+
+    def accuracy(self, name: str, op: str, value: Token, number: float) -> float:
+        """An accuracy's value as the fraction the table holds: a number above 1, or with %, is a percent. A
+        comparison that no accuracy (0 to 1) can meet is refused: its unit is the likely mistake."""
+        fraction = number / 100 if value.text.endswith("%") or number > 1 else number
+        never = {">": fraction >= 1, ">=": fraction > 1, "<": fraction <= 0, "<=": fraction < 0,
+                 "==": not 0 <= fraction <= 1, "=": not 0 <= fraction <= 1}.get(op, False)
+        if never:
+            raise self.fail(value, f"{name} {op} {value.text} can match no run: accuracies run from 0 to 100 % "
+                                   "(or 0 to 1); a number above 1 is read as a percent (97 or 97% = 0.97)")
+        return fraction
 
 
 def _value(text: str) -> float | str:
     if text[:1] in "\"'":
         return text[1:-1]
     try:
-        return float(text)
+        return float(text.removesuffix("%"))
     except ValueError:
         return text
 
@@ -181,6 +221,6 @@ def parse_filter(text: str, columns: set[str] | None = None) -> Predicate:
 def filter_table(table, text: str):
     """The rows of a runs table (pandas DataFrame) that `text` selects."""
     keep = parse_filter(text, set(table.columns) | set(ALIASES))
-    if not len(table):
+    if not len(table) or not (text or "").strip():  # no filter: no row to test (a page's every rerun)
         return table
     return table[[keep(row) for row in table.to_dict("records")]]

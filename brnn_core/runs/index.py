@@ -24,9 +24,12 @@ import pandas as pd
 from brnn_core.config import RECORDING_FIELDS, architecture
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs import index_store
-from brnn_core.runs.notes import NOTES_NAME, read_notes
+from brnn_core.runs.bands import BandCache
+from brnn_core.runs.damage import link_problem, read_or_problem, shape_problems
+from brnn_core.runs.notes import NOTES_NAME, RunNotes, read_notes
 from brnn_core.runs.rundir import METRIC_COLUMNS, Run, RunError, config_damage, readable_config
 from brnn_core.runs.status import RunStatus, effective_status
+from brnn_core.series import GroupCurve
 from brnn_core.states import ACTIVE_STATES
 
 FILES = ("config.json", "status.json", "metrics.csv", NOTES_NAME)
@@ -77,6 +80,11 @@ class Entry:
     @property
     def active(self) -> bool:
         return self.stored_status.get("state") in ACTIVE_STATES
+
+    @property
+    def is_run(self) -> bool:
+        """False for an entry that could not be opened as a run folder (`broken_entry`): a table row, no run."""
+        return self.files[0] is not None
 
     def to_dict(self) -> dict:
         return {"files": self.files, "dirs": self.dirs, "config": self.config, "stored_status": self.stored_status,
@@ -192,7 +200,9 @@ def _read_config(path: Path) -> dict:
         return {}
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        return {"_damaged": f"config.json cannot be read ({exc.strerror or type(exc).__name__})"}
+    except ValueError as exc:
         return {"_damaged": f"config.json cannot be read ({type(exc).__name__})"}
     damage = config_damage(data)
     return {**readable_config(data), **({"_damaged": damage} if damage else {})}
@@ -203,13 +213,30 @@ def _checkpoints(path: Path) -> tuple[bool, bool]:
 
 
 def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
+    """A run's entry; what is wrong with its files (and a folder linked in from elsewhere) goes into the table's
+    problem column through the config's `_damaged` (runs.damage)."""
+    problems = shape_problems(path, FILES)
     metrics = path / "metrics.csv"
-    lines, _ = read_complete_lines(metrics) if metrics.is_file() else ([], 0)  # /dev/full would never end
+    lines, _ = read_or_problem(lambda: read_complete_lines(metrics) if metrics.is_file() else ([], 0),  # /dev/full
+                               ([], 0), "metrics.csv", problems)  # would never end
     status = path / "status.json"  # through the status schema: a damaged one reads as damaged, with its note
-    notes = read_notes(path)  # kept in the entry's config as "_notes": the table's tags and note columns
+    notes = read_or_problem(lambda: read_notes(path), RunNotes(), NOTES_NAME, problems)  # tags and note columns
     config = {**_read_config(path / "config.json"), "_notes": {"tags": list(notes.tags), "note": notes.note}}
-    return Entry(files, dirs, config,
-                 RunStatus.read(status).to_dict() if status.is_file() else {}, val_summary(lines), _checkpoints(path))
+    target, linked = link_problem(path)
+    if target is not None:
+        config["_link"] = target
+    problems += [linked] if linked else []
+    if problems:
+        config["_damaged"] = "; ".join(filter(None, [config.get("_damaged"), *problems]))
+    stored = RunStatus.read(status) if status.is_file() else \
+        RunStatus.damaged_by("status.json is not a file") if status.exists() else RunStatus()
+    return Entry(files, dirs, config, stored.to_dict(), val_summary(lines), _checkpoints(path))
+
+
+def broken_entry(problem: str) -> Entry:
+    """An entry of the runs folder that cannot be read as a run at all (a symlink loop, a link that leads nowhere,
+    a folder nobody may open): listed with its problem, no state and no files."""
+    return Entry((None,) * len(FILES), (None, None), {"_damaged": problem}, {}, ValSummary(), (False, False))
 
 
 class RunIndex:
@@ -232,6 +259,7 @@ class RunIndex:
         self._generation = 0  # goes up whenever a run was added, re-read or removed
         self._memo: dict[str, tuple[int, object]] = {}  # name -> (generation, result) of results built from it
         self._frames = MetricsCache()
+        self._bands = BandCache()
         self.store = Path(store) if store is not None else None
         self._stored_generation = 0  # the generation last saved to the store
         self._stored_at = 0.0
@@ -242,10 +270,13 @@ class RunIndex:
                 except (KeyError, TypeError, ValueError):
                     continue  # read from the run folder instead
 
-    def _current(self, name: str, where: str, dir_mtime: int | None) -> Entry | None:
+    def _current(self, name: str, where: str, dir_mtime: int | None, link: bool = False) -> Entry | None:
         """The run's entry, read again if it changed (None: not a complete run). `where` is its folder as a
-        string: this is the per-run cost of every rerun, and pathlib's objects cost more than the stat calls."""
+        string: this is the per-run cost of every rerun, and pathlib's objects cost more than the stat calls.
+        `link`: the entry is a symlink (a run linked in from elsewhere), which its entry must say."""
         entry = self._entries.get(name)
+        if entry is not None and ("_link" in entry.config) != link:
+            entry = None  # a folder became a link or a link a folder, with the same files: read it again
         dirs = (dir_mtime, _mtime(where + "/checkpoints"))
         if entry is not None and entry.settled and not entry.active and entry.dirs == dirs:
             return entry
@@ -261,27 +292,54 @@ class RunIndex:
             return entry
         self.reads += 1
         self._generation += 1
-        entry = self._entries[name] = read_entry(path, files, dirs)
-        entry.settled = _settled(dirs, files)
+        try:
+            entry = read_entry(path, files, dirs)
+            entry.settled = _settled(dirs, files)
+        except OSError as exc:  # whatever else makes it unreadable is its own problem, never the listing's
+            entry = broken_entry(f"cannot be read: {exc.strerror or exc} ({exc.filename or where})")
+        self._entries[name] = entry
         return entry
 
-    def refresh(self) -> list[tuple[str, Entry]]:
-        """(run id, entry) for every complete run, newest first."""
-        found: list[tuple[str, str, int | None]] = []
+    def _broken(self, name: str, problem: str) -> Entry:
+        """The entry of something in the runs folder that cannot be opened as a run folder (a symlink loop)."""
+        entry = self._entries.get(name)
+        if entry is None or entry.config.get("_damaged") != problem:
+            entry = self._entries[name] = broken_entry(problem)
+            self._generation += 1
+        return entry
+
+    def _scan(self) -> tuple[list[tuple[str, str, int | None, bool]], dict[str, str]]:
+        """The run folders in the runs folder (name, path, mtime, is a link), and its entries that cannot be
+        followed (name -> why: a symlink loop, a link to nothing)."""
+        found: list[tuple[str, str, int | None, bool]] = []
+        broken: dict[str, str] = {}
         try:
             with os.scandir(self.runs_dir) as it:
                 for e in it:
-                    if not e.name.startswith(".") and e.is_dir():
-                        try:
-                            found.append((e.name, e.path, e.stat().st_mtime_ns))
-                        except OSError:  # deleted meanwhile
-                            continue
+                    if e.name.startswith("."):
+                        continue
+                    try:
+                        if e.is_dir():
+                            found.append((e.name, e.path, e.stat().st_mtime_ns, e.is_symlink()))
+                        elif e.is_symlink():
+                            broken[e.name] = f"a link to {os.readlink(e.path)}, which does not exist"
+                    except FileNotFoundError:  # deleted meanwhile
+                        continue
+                    except OSError as exc:  # ELOOP, EACCES: this entry's problem, not the folder's
+                        broken[e.name] = f"cannot be opened: {exc.strerror or exc}"
         except (FileNotFoundError, NotADirectoryError):
             pass
+        return found, broken
+
+    def refresh(self) -> list[tuple[str, Entry]]:
+        """(run id, entry) for every complete run, newest first; an entry that cannot be opened as a run folder
+        (a symlink loop, a link to nothing) too, with its problem and no state."""
+        found, broken = self._scan()
+        rows = [(name, (where, mtime, link)) for name, where, mtime, link in found] + list(broken.items())
         out = []
         with self._lock:
-            for name, where, dir_mtime in sorted(found, reverse=True):
-                entry = self._current(name, where, dir_mtime)
+            for name, what in sorted(rows, key=lambda row: row[0], reverse=True):
+                entry = self._broken(name, what) if isinstance(what, str) else self._current(name, *what)
                 if entry is not None:
                     out.append((name, entry))
             gone = set(self._entries) - {name for name, _ in out}
@@ -319,7 +377,7 @@ class RunIndex:
 
     def statuses(self) -> dict[str, dict]:
         """run id -> its effective status (an active run whose worker is gone reads `interrupted`), newest first."""
-        return {name: effective_status(dict(entry.stored_status)) for name, entry in self.refresh()}
+        return {name: effective_status(dict(entry.stored_status)) for name, entry in self.refresh() if entry.is_run}
 
     def table(self) -> pd.DataFrame:
         """The runs table (SUMMARY_COLUMNS), newest first. Shared between callers: do not modify it."""
@@ -334,11 +392,16 @@ class RunIndex:
     def entries(self, run_ids: list[str]) -> dict[str, Entry]:
         """The entries of these runs (those that exist), each re-read only when its files changed."""
         wanted = set(run_ids)
-        return {name: entry for name, entry in self.refresh() if name in wanted}
+        return {name: entry for name, entry in self.refresh() if name in wanted and entry.is_run}
 
     def metrics(self, run_id: str) -> pd.DataFrame:
         """One run's whole metrics.csv (shared between callers: do not modify it)."""
         return self._frames.metrics(Run(self.runs_dir / run_id))
+
+    def band(self, run_ids: list[str], what: str = "train", smoothing: float = 0.0) -> GroupCurve | None:
+        """The mean ± std band of these runs' training ("train", each smoothed first) or validation ("val") loss:
+        a seed group's curve on the Runs page. Built once per version of the runs' metrics.csv (runs.bands)."""
+        return self._bands.band(self.runs_dir, run_ids, what, smoothing)
 
     def checkpoint_choices(self) -> list[CheckpointChoice]:
         """Every run's best.pt and last.pt, highest validation accuracy first (best before last on a tie)."""

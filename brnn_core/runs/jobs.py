@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import LIVE_FIELDS, TrainConfig
 from brnn_core.locks import LockError
 from brnn_core.runs import job_queue, lifecycle, worker_lock
@@ -97,6 +98,8 @@ def prepare_resume(run: Run, live: dict | None = None) -> Run:
     problem = resume_problem(run, live)
     if problem:
         raise RunError(problem)
+    if run.last_ckpt.is_file():  # damaged or non-finite weights: refused (CheckpointError) before the run changes
+        load_checkpoint(run.last_ckpt)
     for name, value in (live or {}).items():
         run.send_command(SET, field=name, value=value)
     lifecycle.queued_for_resume(run)

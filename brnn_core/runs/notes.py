@@ -15,6 +15,7 @@ from pathlib import Path
 
 from brnn_core.fileio import atomic_write_json, read_json
 from brnn_core.locks import holding
+from brnn_core.runs.rundir import check_writable
 
 NOTES_NAME = "notes.json"
 NOTES_LOCK = ".notes.lock"  # beside notes.json: held for each read-modify-write
@@ -74,6 +75,7 @@ def change_tags(run_path: Path, add: Iterable[str] = (), remove: Iterable[str] =
 def _change(run_path: Path, change: Callable[[RunNotes], tuple[tuple[str, ...], str]]) -> RunNotes:
     """notes.json read, changed by `change(before) -> (tags, note)` and rewritten, under the run's notes lock."""
     run_path = Path(run_path)
+    check_writable(run_path)  # a run linked in from elsewhere is read-only here (RunError)
     with holding(run_path / NOTES_LOCK, run_path.parent):
         before = read_notes(run_path)
         tags, note = change(before)

@@ -3,18 +3,67 @@ worker.log) and the Train page."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import statistics
 import sys
 import time
+from collections import deque
 
 from brnn_core.schedule import planned_lr
 from brnn_core.states import ACTIVE_STATES, State
+
+ETA_WINDOW_S = 60.0  # the pace behind an ETA: the logged points of the last minute of training
+OUTLIER = 4.0  # an interval slower than this many times the median is a pause or an evaluation, not the pace
+MAX_POINTS = 2000  # read from a file's end: more than a minute of points at any logging rate seen here
 
 
 def eta_seconds(done: int, total: int, elapsed_s: float) -> float | None:
     """Seconds left at the average rate so far; None before any step has been timed."""
     rate = done / elapsed_s if elapsed_s > 0 else 0.0
     return max(total - done, 0) / rate if rate > 0 else None
+
+
+class Pace:
+    """A run's recent pace, for its time left: seconds per step over its logged points of the last `window_s`
+    seconds of training time, pauses and validation passes left out. A minute of intervals moves little when one
+    is slow (a busy machine), where the speed of the latest interval alone made the ETA jump by half.
+    The CLI's progress line feeds it each log as it prints; the Train page from metrics.csv (`from_points`), so
+    both say the same."""
+
+    def __init__(self, window_s: float = ETA_WINDOW_S):
+        self.window_s = window_s
+        self.points: deque[tuple[float, float]] = deque()  # (step, elapsed_s)
+
+    @classmethod
+    def from_points(cls, steps, elapsed, window_s: float = ETA_WINDOW_S) -> Pace:
+        """A pace from logged (step, elapsed_s) pairs in order, e.g. metrics.csv's training rows (the last
+        MAX_POINTS: a minute of logging holds far fewer, and a long run's whole file is not walked each time)."""
+        pace = cls(window_s)
+        for step, seconds in zip(list(steps)[-MAX_POINTS:], list(elapsed)[-MAX_POINTS:], strict=True):
+            pace.add(step, seconds)
+        return pace
+
+    def add(self, step: float, elapsed_s: float) -> None:
+        self.points.append((float(step), float(elapsed_s)))
+        while len(self.points) > 2 and self.points[-1][1] - self.points[1][1] >= self.window_s:
+            self.points.popleft()
+
+    def seconds_per_step(self) -> float | None:
+        """The window's time over its steps, without the intervals that took over OUTLIER times the median
+        interval (a pause, a validation pass: time that is not the training's pace); None before two points. A
+        resumed run's repeated steps do not count."""
+        pairs = itertools.pairwise(self.points)
+        intervals = [(t1 - t0, s1 - s0) for (s0, t0), (s1, t1) in pairs if s1 > s0 and t1 >= t0]
+        if not intervals:
+            return None
+        limit = OUTLIER * statistics.median(dt / steps for dt, steps in intervals)
+        kept = [(dt, steps) for dt, steps in intervals if dt / steps <= limit]
+        return sum(dt for dt, _ in kept) / sum(steps for _, steps in kept)
+
+    def seconds_left(self, done: int, total: int) -> float | None:
+        per_step = self.seconds_per_step()
+        return None if per_step is None else max(total - done, 0) * per_step
 
 
 def format_eta(seconds: float | None) -> str:
@@ -35,9 +84,10 @@ def time_left(status: dict, batch_size: int | None = None) -> float | None:
     return eta_seconds(done, total, status.get("elapsed_s") or 0.0)
 
 
-def progress_text(status: dict, batch_size: int | None = None) -> str:
-    """'epoch 2/5 · step 90/225 · 1,234 samples/s · ETA 0:00:41' from a status.json ('' before it knows). A
-    paused run says so instead of a time left, and an ended one has none."""
+def progress_text(status: dict, batch_size: int | None = None, pace: Pace | None = None) -> str:
+    """'epoch 2/5 · step 90/225 · 1,234 samples/s · ETA 0:00:41' from a status.json ('' before it knows), the ETA
+    at `pace` (the run's metrics.csv as `Pace.from_points` reads it) once it has one. A paused run says so instead
+    of a time left, and an ended one has none."""
     done, total = status.get("step") or 0, status.get("total_steps") or 0
     if not total:
         return ""
@@ -51,8 +101,9 @@ def progress_text(status: dict, batch_size: int | None = None) -> str:
         return text + " · paused"
     if state is not None and state not in ACTIVE_STATES:
         return text
+    left = pace.seconds_left(done, total) if pace is not None else None
     return (text + (f" · {sps:,.0f} samples/s" if sps else "")
-            + f" · ETA {format_eta(time_left(status, batch_size))}")
+            + f" · ETA {format_eta(left if left is not None else time_left(status, batch_size))}")
 
 
 def lr_plan(config: dict, status: dict, events: list[dict], *, start: int = 0) -> tuple[list[int], list[float]]:
@@ -73,9 +124,11 @@ class ProgressPrinter:
     def __init__(self):
         self.tty = sys.stdout.isatty() and os.environ.get("BRNN_PROGRESS") != "plain"
         self.last = 0.0
+        self.pace = Pace()
 
     def __call__(self, kind: str, info: dict) -> None:
         if kind == "log":
+            self.pace.add(info["steps_done"], info["elapsed_s"])
             now = time.monotonic()
             if not self.tty and now - self.last < 5.0:
                 return
@@ -84,7 +137,8 @@ class ProgressPrinter:
             width = 24
             filled = int(width * min(done / total, 1.0))
             sps = info["samples_per_s"]
-            eta = format_eta(eta_seconds(done, total, info["elapsed_s"]))
+            left = self.pace.seconds_left(done, total)
+            eta = format_eta(left if left is not None else eta_seconds(done, total, info["elapsed_s"]))
             line = (f"epoch {info['epoch'] + 1}/{info['live']['epochs']} [{'#' * filled}{'.' * (width - filled)}] "
                     f"{done}/{total} loss {info['loss']:.4f} {sps:,.0f} samples/s ETA {eta}")
             print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from brnn_core.locks import LockError
 from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.index import Entry, RunIndex, seed_group
-from brnn_core.runs.rundir import Run, RunError
+from brnn_core.runs.rundir import Run, RunError, check_writable, write_problem
 from brnn_core.runs.status import effective_status
 from brnn_core.states import ENDED_STATES
 
@@ -90,7 +90,9 @@ def pruned_note(names: list[str]) -> str:
 
 def delete_checkpoints(run: Run, names: list[str], why: str, *, by: str, status: Mapping | None = None) -> int:
     """Delete these checkpoints of `run` (and the files that belong to them) and record it: an event, `pruned`
-    in status.json (name -> time, bytes, why, by, files) and a line in its message. Returns the bytes freed."""
+    in status.json (name -> time, bytes, why, by, files) and a line in its message. Returns the bytes freed.
+    RunError for a run whose folder or checkpoints/ leads out of its runs folder: nothing is deleted through it."""
+    check_writable(run.path)
     files = checkpoint_files(run)
     names = [n for n in names if n in files]
     if not names:
@@ -232,8 +234,9 @@ def plan_prune(runs_dir: Path, run_ids: list[str], keep_best: int, metric: str =
     paths: dict[str, list[Path]] = {}  # run id -> the files its item deletes
     for rid, entry in entries.items():
         state = effective_status(dict(entry.stored_status)).get("state")
-        busy = str(state) if state not in ENDED_STATES else lock_holder(runs_dir / rid)
-        if busy:
+        linked = write_problem(runs_dir / rid)
+        busy = linked or (str(state) if state not in ENDED_STATES else lock_holder(runs_dir / rid))
+        if busy:  # a link to a run elsewhere is never pruned through it
             plan.untouched[rid] = busy
         else:
             units.setdefault(_unit(per, rid, entry), []).append((rid, _score(entry, metric)))
@@ -277,7 +280,7 @@ def apply_prune(plan: PrunePlan) -> list[tuple[str, int]]:
                     continue
                 done.append((item.run_id, delete_checkpoints(run, list(item.names), plan.why(item),
                                                              by="runs prune", status=status)))
-        except (worker_lock.RunBusy, LockError):  # a run trained meanwhile, or one that leads out of the folder
+        except (worker_lock.RunBusy, RunError, LockError):  # resumed meanwhile, or its folder became a link
             continue
     return done
 

@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from brnn_core import __version__
-from brnn_core.fileio import append_line, atomic_write_json, link_or_copy, read_complete_lines, read_json
+from brnn_core.fileio import (
+    append_line,
+    atomic_write,
+    atomic_write_json,
+    inside,
+    link_or_copy,
+    read_complete_lines,
+    read_json,
+)
 from brnn_core.runs.protocol import command_line
 from brnn_core.runs.status import RunStatus, effective_status, new_status, update_status
 from brnn_core.states import ACTIVE_STATES, State
@@ -55,6 +63,37 @@ def readable_config(data: object) -> dict:
 
 class RunError(ValueError):
     """A run that does not exist or a run id that is not acceptable."""
+
+
+def linked_to(path: Path) -> Path | None:
+    """Where a run folder really is when it is linked into its runs folder (a symlink, or a path that leads
+    out of it); None for an ordinary run folder. A linked run is read-only here (docs/run-directory.md)."""
+    path = Path(path)
+    if os.path.islink(path) or not inside(path, path.parent):
+        return Path(os.path.realpath(path))
+    return None
+
+
+def write_problem(path: Path) -> str | None:
+    """Why nothing may be written, deleted or locked in the run folder `path` (None: it may): the folder is a
+    link to a run elsewhere, or its checkpoints/ leads out of it. Every writer of a run asks this first."""
+    path = Path(path)
+    target = linked_to(path)
+    if target is not None:
+        return (f"run {path.name} is a link to {target}: a run linked into the runs folder is read-only here "
+                f"(listed, never trained, tagged, pruned or deleted through the link); change it in its own "
+                f"runs folder ({target.parent}), or remove the link to unlist it")
+    if not inside(path / "checkpoints", path):
+        return (f"run {path.name}'s checkpoints folder is a link to {os.path.realpath(path / 'checkpoints')}, "
+                "outside the run: nothing is written or deleted through it; make checkpoints/ a real folder")
+    return None
+
+
+def check_writable(path: Path) -> None:
+    """RunError (with `write_problem`'s reason) unless the run folder `path` may be written."""
+    problem = write_problem(path)
+    if problem:
+        raise RunError(problem)
 
 
 def default_runs_dir() -> Path:
@@ -119,21 +158,42 @@ class Run:
     def exists(self) -> bool:
         return self.config_path.is_file()
 
-    # writing
+    def linked_to(self) -> Path | None:
+        """Where the run really is when its folder is a link to a run elsewhere (read-only here)."""
+        return linked_to(self.path)
+
+    # writing (each refuses a run folder that leads out of its runs folder: `write_problem`)
     def write_status(self, *, derive: Callable[[RunStatus], dict] | None = None, last_resort: bool = False,
                      **fields: Any) -> dict:
         """Change documented fields of status.json (runs.status.update_status, under the run's status lock; `derive`
         computes more from the status as it is then); only the training session and runs.lifecycle (what no worker
         is there to say) call it."""
+        check_writable(self.path)
         return update_status(self.status_path, derive=derive, last_resort=last_resort, **fields)
 
     def log_metric(self, *, step: int, epoch: float, split: str, loss: float, accuracy: float | None = None,
                    lr: float | None = None, samples_per_s: float | None = None, elapsed_s: float = 0.0) -> None:
+        check_writable(self.path)
         values = [step, round(epoch, 4), split, loss, accuracy, lr, samples_per_s, round(elapsed_s, 3)]
         append_line(self.metrics_path, ",".join("" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
                                                 for v in values))
 
+    def log_test_row(self, *, step: int, epoch: float, loss: float, accuracy: float, elapsed_s: float) -> None:
+        """The test row of a run that finished at `step`: exactly one. A worker killed after writing it (while it
+        wrote the report) tests again when resumed, at the same step, so an earlier test row at that step goes
+        first (metrics.csv rewritten whole, atomically: the worker that finishes is its only writer)."""
+        check_writable(self.path)
+        lines, _ = read_complete_lines(self.metrics_path)
+        split_at = METRIC_COLUMNS.index("split")
+        kept = [line for line in lines
+                if not (line.split(",")[split_at:split_at + 1] == ["test"] and line.split(",")[0] == str(step))]
+        if len(kept) < len(lines):
+            blob = "".join(line + "\n" for line in kept).encode("utf-8", "surrogateescape")
+            atomic_write(self.metrics_path, lambda fh: fh.write(blob))
+        self.log_metric(step=step, epoch=epoch, split="test", loss=loss, accuracy=accuracy, elapsed_s=elapsed_s)
+
     def log_event(self, kind: str, message: str, *, step: int | None = None, **extra: Any) -> None:
+        check_writable(self.path)
         record = {"time": now_iso(), "step": step, "kind": kind, "message": message, **extra}
         append_line(self.events_path, json.dumps(record, default=str))
 
@@ -141,6 +201,7 @@ class Run:
         """Queue a command (pause, resume, stop, or set with field and value) for the worker; returns its id.
 
         The format and what answers it: runs.protocol; the worker applies it in training.session."""
+        check_writable(self.path)
         cid, line = command_line(cmd, now_iso(), **args)
         append_line(self.control_path, line)
         return cid
@@ -148,8 +209,9 @@ class Run:
     # reading
     def config(self) -> dict:
         """config.json. A damaged one reads as what is left of it: {} for a file that is not a JSON object, and
-        without a section that is not an object (`"train": null`), so one bad run never breaks a listing."""
-        return readable_config(read_json(self.config_path, {}))
+        without a section that is not an object (`"train": null`), so one bad run never breaks a listing; one that
+        cannot be read reads as {} too (the worker refuses to train a run without its settings)."""
+        return readable_config(_or_empty(lambda: read_json(self.config_path, {}), {}))
 
     def read_status(self) -> RunStatus:
         """status.json, typed (a damaged file reads as a damaged status, never raises)."""
@@ -164,7 +226,8 @@ class Run:
         return effective_status(self.stored_status())
 
     def metrics(self) -> pd.DataFrame:
-        lines, _ = read_complete_lines(self.metrics_path)
+        """metrics.csv as a DataFrame; one that cannot be read has no rows (the listing says why)."""
+        lines, _ = _or_empty(lambda: read_complete_lines(self.metrics_path), ([], 0))
         rows = [line.split(",") for line in lines[1:] if line.count(",") == len(METRIC_COLUMNS) - 1]
         df = pd.DataFrame(rows, columns=METRIC_COLUMNS)
         for col in METRIC_COLUMNS:
@@ -173,7 +236,7 @@ class Run:
         return df
 
     def events(self) -> list[dict]:
-        lines, _ = read_complete_lines(self.events_path)
+        lines, _ = _or_empty(lambda: read_complete_lines(self.events_path), ([], 0))
         out = []
         for line in lines:
             try:
@@ -183,6 +246,16 @@ class Run:
             if isinstance(event, dict):  # a line of another shape is damage, skipped like a torn one
                 out.append(event)
         return out
+
+
+def _or_empty(read, empty):
+    """read() for a reader that shows a run, or `empty` when the file cannot be read (permissions, I/O): one
+    unreadable file must not break a page. Writers read strictly (fileio), so they never overwrite what they could
+    not read."""
+    try:
+        return read()
+    except OSError:
+        return empty
 
 
 def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None,
@@ -198,7 +271,8 @@ def create_run(runs_dir: Path, config: dict, *, run_id: str | None = None,
         atomic_write_json(run.config_path, config)
         append_line(run.metrics_path, ",".join(METRIC_COLUMNS))
         for name, source in (files or {}).items():
-            link_or_copy(Path(source), run.path / name)
+            # a hard link to a file outside the runs folder would make one file both here and there: copy it
+            (link_or_copy if inside(source, runs_dir) else shutil.copyfile)(Path(source), run.path / name)
 
     return create_folder(runs_dir, run_id, fill)
 
@@ -251,6 +325,7 @@ def list_runs(runs_dir: Path) -> list[Run]:
 def delete_run(runs_dir: Path, run_id: str) -> None:
     """Remove a finished run; an active run must be stopped first."""
     run = resolve_run(runs_dir, validate_run_id(run_id))
+    check_writable(run.path)
     if run.status().get("state") in ACTIVE_STATES:
         raise RunError(f"run {run_id} is still {run.status()['state']}; stop it before deleting")
     trash = run.path.with_name(f".deleting-{run.id}-{secrets.token_hex(3)}")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from brnn_core.fileio import read_complete_lines
 from brnn_core.runs.index import seed_group
-from brnn_core.runs.rundir import METRIC_COLUMNS, Run
+from brnn_core.runs.rundir import METRIC_COLUMNS, Run, write_problem
 from brnn_core.states import ACTIVE_STATES
 
 if TYPE_CHECKING:
@@ -210,12 +210,11 @@ def export_runs(runs_dir: Path, run_ids: list[str], out: Path | None = None) -> 
     """`runs export --format tensorboard`: event files for each run that has none, in its own folder (`out`
     None: `tensorboard --logdir RUNS` then shows old and new runs alike) or in `out`/<run id>. A run still
     training, or one whose folder leads out of the runs folder, is left alone. Returns (run id, what happened)."""
-    root = Path(runs_dir).resolve()
     done = []
     for run_id in run_ids:
         run = Run(Path(runs_dir) / run_id)
         target = Path(out) / run_id if out is not None else run.path
-        if not run.path.resolve().is_relative_to(root):
+        if write_problem(run.path):  # the one check every writer of a run asks (runs.rundir)
             done.append((run_id, "skipped: its folder leads out of the runs folder (a link); nothing written"))
         elif run.status().get("state") in ACTIVE_STATES:
             done.append((run_id, f"skipped: still {run.status().get('state')}; export it once it has ended"))

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from brnn_core.locks import try_lock
+from brnn_core.runs.rundir import check_writable
 
 LOCK_NAME = ".worker.lock"
 
@@ -27,8 +28,10 @@ def busy_message(run_path: Path) -> str:
 
 @contextlib.contextmanager
 def hold(run_path: Path) -> Iterator[None]:
-    """Hold the run's lock for the block; RunBusy at once when another process holds it, LockError when its lock
-    file cannot be used (the message says how to mend it)."""
+    """Hold the run's lock for the block; RunBusy at once when another process holds it, RunError for a run
+    folder that leads out of its runs folder (nothing is locked through a link), LockError when its lock file
+    cannot be used (the message says how to mend it)."""
+    check_writable(run_path)
     lock = try_lock(Path(run_path) / LOCK_NAME, Path(run_path).parent)
     if lock is None:
         raise RunBusy(busy_message(run_path))

@@ -15,6 +15,8 @@ import plotly.graph_objects as go
 from brnn_core.charts import LAYOUT, note_if_empty
 from brnn_core.sweep.records import METRICS, trial_number
 
+PARCOORDS_TOP = 80  # px above the plot area: the title, then the axes' names and top values
+
 
 def curves_figure(curves: dict[str, pd.DataFrame], metric: str, *, revision: str = "sweep") -> go.Figure:
     """The validation metric of every trial against epochs."""
@@ -55,7 +57,10 @@ def parcoords_figure(table: pd.DataFrame, keys: list[str], metric: str, *, log_k
     fig = go.Figure()
     fig.update_layout(title=f"Searched fields of every trial (colour: best {metric})", uirevision=revision,
                       **{k: v for k, v in LAYOUT.items() if k not in ("hovermode", "legend")})
-    fig.update_layout(margin=dict(l=60, r=60, t=70, b=20))
+    # Parcoords writes each axis's name and top value above the plot area, where a title would sit by default:
+    # the title goes to the figure's top edge and the margin leaves the axis names a band of their own below it.
+    fig.update_layout(title=dict(y=1, yref="container", yanchor="top", pad=dict(t=10)),
+                      margin=dict(l=60, r=60, t=PARCOORDS_TOP, b=20), height=360)
     if not len(scored):
         return note_if_empty(fig, "the plot fills in as trials finish epochs…")
     scores = scored[column].astype(float).tolist()

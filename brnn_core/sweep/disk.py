@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import shutil
 
+from brnn_core.fileio import inside
 from brnn_core.runs.retention import delete_checkpoints, size_text
-from brnn_core.runs.rundir import Run
+from brnn_core.runs.rundir import Run, write_problem
 from brnn_core.states import State
 from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, ranked
 
@@ -34,7 +35,7 @@ def prune_sweep(sweep: Sweep, keep_best: int, ranking: list[str] | None = None) 
     keep = set(ranking[:max(keep_best, 0)])
     removed, total = [], 0
     for run in runs:
-        if run.id in keep or not run.last_ckpt.is_file():
+        if run.id in keep or not run.last_ckpt.is_file() or write_problem(run.path):  # never through a link
             continue
         status = run.status()
         if prunable(status):
@@ -60,7 +61,7 @@ def prune_tune_checkpoints(sweep: Sweep) -> int:
     if not sweep.tune_dir.is_dir():
         return 0
     for folder in sweep.tune_dir.glob("*/checkpoint_*"):
-        if folder.is_dir():
+        if folder.is_dir() and inside(folder, sweep.path):  # a tune/ that links elsewhere is not ours to empty
             freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
             shutil.rmtree(folder, ignore_errors=True)
     if freed:

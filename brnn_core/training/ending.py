@@ -8,12 +8,13 @@ the session, which owns them.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.states import State
 from brnn_core.training.drawing_mix import DrawingMix
-from brnn_core.training.engine import FitResult, eval_batch_size_for, evaluate
+from brnn_core.training.engine import FitResult, eval_batch_size_for, evaluate, weights_finite
 from brnn_core.training.loss_scaling import LossScaler
 from brnn_core.training.reports import write_report
 from brnn_core.training.splits import Splits
@@ -50,6 +51,8 @@ class Ending:
         """Stopped on request: save where it stands so a resume continues from exactly here.
 
         A stop a scheduler sent ({"source": "asha", "reason": "..."}) gives the message its reason."""
+        if not weights_finite(self.model):  # blown up since the last log: keep the last good last.pt instead
+            return self.end_diverged(dataclasses.replace(result, reason="the weights became NaN or infinite"))
         reason = self.stop_reason
         self.position.epoch, self.position.batch = result.epoch, result.batch_in_epoch
         self.position.step = result.step
@@ -76,8 +79,8 @@ class Ending:
         eval_batch = eval_batch_size_for(splits.test_x.device, cfg.eval_batch_size)
         test = evaluate(model, splits.test_x, splits.test_y, batch_size=eval_batch, amp=cfg.amp,
                         num_classes=len(splits.classes))
-        run.log_metric(step=result.step, epoch=result.epoch, split="test", loss=test.loss, accuracy=test.accuracy,
-                       elapsed_s=self.elapsed_s())
+        run.log_test_row(step=result.step, epoch=result.epoch, loss=test.loss, accuracy=test.accuracy,
+                         elapsed_s=self.elapsed_s())  # one: a resume after a kill here tests again
         my_scores, summary = mix.finish(model, drawings) if mix is not None else (None, "")
         extra = {"my_drawings": my_scores} if my_scores else {}
         if start_val_acc is not None:

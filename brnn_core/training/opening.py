@@ -42,7 +42,11 @@ class Opened:
 
 def run_config(run: Run) -> TrainConfig:
     """The run's TrainConfig, a key it lacks filled with what it trained with before the setting existed."""
-    return TrainConfig.from_dict({**OLDER_RUN_DEFAULTS, **run.config().get("train", {})})
+    train = run.config().get("train")
+    if train is None:  # unreadable or damaged: never train the defaults in its place
+        raise ValueError(f"{run.config_path} holds no training settings (the file is damaged or cannot be read); "
+                         "restore it, or start a new run")
+    return TrainConfig.from_dict({**OLDER_RUN_DEFAULTS, **train})
 
 
 @dataclass(frozen=True)

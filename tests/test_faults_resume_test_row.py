@@ -1,0 +1,74 @@
+"""SIGKILL while a finished run writes its test report (after its test row), then `train --resume`, twice: the
+resumed worker tests again at the same step, and metrics.csv (and so `runs export`) keeps exactly one test row."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from helpers import REPO, TINY, cli_env, run_cli
+
+from brnn_core.runs.rundir import Run, list_runs
+
+
+def _signature(path):
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def _test_rows(run: Run) -> int:
+    return int((run.metrics()["split"] == "test").sum())
+
+
+def _kill_after_its_test_row(args: list[str], runs_dir, data_dir, run: Run | None = None) -> Run:
+    """`python -m brnn_core ARGS`, killed (SIGKILL, its whole process group) as soon as it has written a test row:
+    while it writes the report, before the run is finished. Returns the run."""
+    before = _signature(run.metrics_path) if run else None
+    proc = subprocess.Popen([sys.executable, "-m", "brnn_core", *args], cwd=REPO, env=cli_env(runs_dir, data_dir),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            found = run or next(iter(list_runs(runs_dir)), None)
+            if found and found.metrics_path.is_file() and _signature(found.metrics_path) != before \
+                    and _test_rows(found):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+                assert found.stored_status()["state"] != "finished", "the report was written before the kill"
+                return found
+            assert proc.poll() is None, f"it ended ({proc.returncode}) before it was killed"
+            time.sleep(0.01)
+        raise AssertionError("no test row within 600 s")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+@pytest.mark.worker
+@pytest.mark.slow
+def test_a_kill_while_reporting_then_resumes_leave_one_test_row(tmp_path):
+    runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
+    settings = [a for k in ("dataset", "device", "hidden_size", "num_layers", "batch_size")
+                for a in ("--set", f"{k}={TINY[k]}")]
+    run = _kill_after_its_test_row(["train", *settings, "--set", "epochs=1"], runs_dir, data_dir)
+    assert run.status()["state"] == "interrupted"
+    for _ in range(2):  # each kill at the same moment of a resume
+        _kill_after_its_test_row(["train", "--resume", run.id], runs_dir, data_dir, run)
+        assert _test_rows(run) <= 1
+    done = run_cli(["train", "--resume", run.id], runs_dir, data_dir)
+    assert done.returncode == 0, done.stderr
+    assert run.status()["state"] == "finished"
+    metrics = run.metrics()
+    test = metrics[metrics["split"] == "test"]
+    assert len(test) == 1 and test["step"].iloc[0] == metrics["step"].max()
+    assert abs(test["accuracy"].iloc[0] - run.status()["test_acc"]) < 1e-6
+    out = run_cli(["runs", "export", "--out", tmp_path / "all.csv"], runs_dir, data_dir)
+    assert out.returncode == 0, out.stderr
+    exported = pd.read_csv(tmp_path / "all.csv")
+    assert (exported["split"] == "test").sum() == 1
