@@ -31,6 +31,7 @@ from brnn_core.fileio import (
     read_complete_lines,
     read_json,
 )
+from brnn_core.runs.gradient_flow import FILE as GRADIENT_FLOW_FILE
 from brnn_core.runs.protocol import command_line
 from brnn_core.runs.status import (  # noqa: F401 - their old home: index, records, ui and tests import them here
     QUEUED_GRACE_S,
@@ -141,6 +142,10 @@ class Run:
     @property
     def metrics_path(self) -> Path:
         return self.path / "metrics.csv"
+
+    @property
+    def gradient_flow_path(self) -> Path:
+        return self.path / GRADIENT_FLOW_FILE
 
     @property
     def events_path(self) -> Path:
