@@ -69,13 +69,15 @@ def unroll_direction(model: RecurrentClassifier, layer: int, reverse: bool, x: t
     w_ih, w_hh = getattr(module, "weight_ih" + suffix), getattr(module, "weight_hh" + suffix)
     b_ih, b_hh = ((getattr(module, "bias_ih" + suffix), getattr(module, "bias_hh" + suffix)) if module.bias
                   else (0.0, 0.0))
-    pre_input = x @ w_ih.T + b_ih  # (N, rows, blocks*H): the input's part of every step at once
+    # the input's part of every step at once, (N, blocks*H) per row; unbound, so autograd hands each step's gradient
+    # back as one stack instead of filling a zero tensor of every step's size at every step
+    pre_input = (x @ w_ih.T + b_ih).unbind(dim=1)
     h = x.new_zeros(len(x), module.hidden_size)
     c = x.new_zeros(len(x), module.hidden_size) if cell == "lstm" else None
     rows, names = x.shape[1], QUANTITIES[cell]
     out: Steps = {name: [None] * rows for name in names}
     for t in (range(rows - 1, -1, -1) if reverse else range(rows)):
-        h, c, values = STEPS[cell](pre_input[:, t], h, c, w_hh, b_hh)
+        h, c, values = STEPS[cell](pre_input[t], h, c, w_hh, b_hh)
         for name, value in zip(names, values, strict=True):
             out[name][t] = value
     return out
