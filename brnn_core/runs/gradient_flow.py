@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from brnn_core.fileio import append_line, atomic_write, read_complete_lines
+from brnn_core.fileio import append_line, keep_rows, read_complete_lines
 
 FILE = "gradient_flow.csv"
 COLUMNS = ["step", "epoch", "layer", "direction", "row", "grad_norm"]
@@ -78,18 +78,4 @@ def run_profile(run_path: Path, last: int = 1) -> pd.DataFrame:
 def drop_from(path: Path, step: int) -> int:
     """Remove the measurements at `step` and after (a resume from that step's checkpoint measures them again), so
     no step repeats; the number of lines removed."""
-    path = Path(path)
-    if not path.is_file():
-        return 0
-    lines = path.read_text(errors="replace").splitlines(keepends=True)
-    keep = lines[:1] + [line for line in lines[1:] if line.endswith("\n") and _step(line) < step]
-    if len(keep) != len(lines):
-        atomic_write(path, lambda fh: fh.write("".join(keep).encode()))
-    return len(lines) - len(keep)
-
-
-def _step(line: str) -> float:
-    try:
-        return float(line.split(",", 1)[0])
-    except ValueError:
-        return float("inf")
+    return keep_rows(path, lambda row_step: row_step < step) if Path(path).is_file() else 0

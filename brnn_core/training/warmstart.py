@@ -17,7 +17,7 @@ import torch
 
 from brnn_core.checkpoint import Checkpoint, CheckpointError, check_state_matches, load_checkpoint
 from brnn_core.config import TrainConfig
-from brnn_core.fileio import atomic_write
+from brnn_core.fileio import keep_rows
 from brnn_core.model import network_name
 from brnn_core.runs.branch import PARENT_CKPT, parent_of
 from brnn_core.runs.gradient_flow import drop_from
@@ -163,18 +163,7 @@ def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
 
 def drop_metrics_after(run: Run, step: int) -> int:
     """Remove metrics rows past `step` (logged after the checkpoint a resume starts from), so no step repeats."""
-    lines = run.metrics_path.read_text().splitlines(keepends=True)
-    keep = [lines[0]] + [line for line in lines[1:] if line.endswith("\n") and _row_step(line) <= step]
-    if len(keep) != len(lines):
-        atomic_write(run.metrics_path, lambda fh: fh.write("".join(keep).encode()))
-    return len(lines) - len(keep)
-
-
-def _row_step(line: str) -> float:
-    try:
-        return float(line.split(",", 1)[0])
-    except ValueError:
-        return math.inf
+    return keep_rows(run.metrics_path, lambda row_step: row_step <= step)
 
 
 def unstarted_branch(run: Run) -> bool:
