@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TINY, make_run, stop_at, train_run
+from helpers import EVERY_NET, TINY, make_run, stop_at, tiny_net, train_run
 
 from brnn_core.checkpoint import load_checkpoint
-from brnn_core.model import CELLS, ModelConfig, RecurrentClassifier
+from brnn_core.model import CELLS, RecurrentClassifier
 from brnn_core.runs.branch import create_branch
 from brnn_core.runs.gradient_flow import (
     COLUMNS,
@@ -63,12 +63,9 @@ def reference_norms(model: RecurrentClassifier, images: torch.Tensor, labels: to
     return torch.stack([g.norm(dim=1).mean() for g in grads]).view(-1, ROWS)
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
-@pytest.mark.parametrize(("bidirectional", "head"), [(True, "bidir"), (True, "last"), (False, "last")])
+@pytest.mark.parametrize(("cell", "bidirectional", "head"), EVERY_NET)
 def test_the_measurement_is_pytorchs_gradient_at_every_step(cell, bidirectional, head):
-    torch.manual_seed(1)
-    model = RecurrentClassifier(ModelConfig(hidden_size=10, num_layers=2, cell=cell, bidirectional=bidirectional,
-                                            head=head, input_scale="standard"))
+    model = tiny_net(cell, bidirectional, head, seed=1)
     images, labels = torch.rand(6, ROWS, 28), torch.randint(0, 10, (6,))
     records = measure_gradient_flow(model, images, labels, step=7, epoch=0.5)
     assert [(r.layer, r.direction) for r in records] == [(n, d) for n in (1, 2) for d in directions_of(model)]

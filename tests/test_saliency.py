@@ -11,13 +11,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import build_app, no_exception
+from helpers import EVERY_NET, build_app, no_exception, tiny_net
 from test_model_engine import CUDNN_MESSAGE, CudnnLikeLSTM
 
 from brnn_core.data.batching import to_input
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.saliency import direction_saliency
-from brnn_core.model import ModelConfig, RecurrentClassifier, mode
+from brnn_core.model import RecurrentClassifier, mode
 
 
 def whole_gradient(model: RecurrentClassifier, x: torch.Tensor, target: int) -> np.ndarray:
@@ -28,12 +28,9 @@ def whole_gradient(model: RecurrentClassifier, x: torch.Tensor, target: int) -> 
     return torch.autograd.grad(logit, inp)[0][0].numpy()
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
-@pytest.mark.parametrize(("bidirectional", "head"), [(True, "bidir"), (True, "last"), (False, "last")])
+@pytest.mark.parametrize(("cell", "bidirectional", "head"), EVERY_NET)
 def test_the_readers_parts_add_up_to_the_whole_logits_gradient(cell, bidirectional, head):
-    torch.manual_seed(2)
-    model = RecurrentClassifier(ModelConfig(hidden_size=12, num_layers=2, cell=cell, bidirectional=bidirectional,
-                                            head=head, input_scale="standard"))
+    model = tiny_net(cell, bidirectional, head, seed=2)
     model.train()  # whatever the caller left: the split is of the eval-mode answer, and the mode is given back
     x = torch.rand(28, 28)
     split = direction_saliency(model, x)
