@@ -156,3 +156,13 @@ def test_a_damaged_file_reads_what_is_whole(tmp_path):
     assert drop_from(path, 0) == ROWS + 2  # every line but the header, the damaged and the torn one too
     assert path.read_text() == ",".join(COLUMNS) + "\n"
 
+
+def test_nothing_is_written_through_a_link_out_of_the_run(tmp_path):
+    outside, run = tmp_path / "elsewhere.csv", tmp_path / "run"
+    run.mkdir()
+    outside.write_text("keep\n")
+    (run / "gradient_flow.csv").symlink_to(outside)
+    with pytest.raises(ValueError, match="outside its run's folder: nothing is written through it"):
+        append_records(run / "gradient_flow.csv", [GradientFlowRecord(0, 0.0, 1, "forward", (0.5,) * ROWS)])
+    assert outside.read_text() == "keep\n"
+

@@ -10,13 +10,14 @@ training.gradient_flow's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from brnn_core.fileio import append_line, keep_rows, read_complete_lines
+from brnn_core.fileio import append_line, inside, keep_rows, read_complete_lines
 
 FILE = "gradient_flow.csv"
 COLUMNS = ["step", "epoch", "layer", "direction", "row", "grad_norm"]
@@ -40,9 +41,14 @@ class GradientFlowRecord:
 
 
 def append_records(path: Path, records: Iterable[GradientFlowRecord]) -> None:
-    """Append whole measurements in one write; the header first when the file is new."""
+    """Append whole measurements in one write; the header first when the file is new. A file that is a link out of
+    its run's folder is refused (ValueError): nothing is written through it."""
+    path = Path(path)
+    if not inside(path, path.parent):
+        raise ValueError(f"{path} is a link to {os.path.realpath(path)}, outside its run's folder: nothing is written "
+                         f"through it; delete the link to record the gradient flow, or set gradient_flow_every=0")
     lines = [line for record in records for line in record.lines()]
-    if not Path(path).is_file() or Path(path).stat().st_size == 0:
+    if not path.is_file() or path.stat().st_size == 0:
         lines.insert(0, ",".join(COLUMNS))
     if lines:
         append_line(path, "\n".join(lines))
