@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from helpers import EVERY_NET, TINY, make_run, stop_at, tiny_net, train_run
 
 from brnn_core.checkpoint import load_checkpoint
+from brnn_core.gradient_charts import flow_heatmap_figure, flow_profile_figure
 from brnn_core.model import CELLS, RecurrentClassifier
 from brnn_core.runs.branch import create_branch
 from brnn_core.runs.gradient_flow import (
@@ -104,9 +105,17 @@ def test_a_plain_rnn_fades_where_an_lstm_carries(tmp_path):
         frames[cell] = frame
     for direction in ("forward", "backward"):
         assert fade(frames["rnn"], 2, direction) > 100 * fade(frames["lstm"], 2, direction), direction
-    # The comparison a page draws: each run's latest profile, and its mean over the last measurements
+    # The comparison a page draws: each run's latest profile (or its mean over the last measurements), side by side
     assert len(run_profile(run.path)) == 2 * 2 * ROWS
-    assert len(profile(frames["lstm"], last=3)) == 2 * 2 * ROWS
+    recent = {cell: profile(frame, last=3) for cell, frame in frames.items()}
+    assert len(recent["lstm"]) == 2 * 2 * ROWS
+    fig = flow_profile_figure(recent, layer=2)
+    assert [t.name for t in fig.data] == ["rnn · forward", "rnn · backward", "lstm · forward", "lstm · backward"]
+    assert fig.layout.yaxis.type == "log" and all(len(t.x) == ROWS for t in fig.data)
+    heat = flow_heatmap_figure(frames["rnn"], layer=1)
+    assert [len(t.y) for t in heat.data] == [5, 5]  # a row per measurement, a column per image row
+    top = frames["rnn"].query("layer == 1 and direction == 'forward' and step == 40").sort_values("row")
+    assert list(heat.data[0].z[-1]) == pytest.approx(list(top["grad_norm"].map(math.log10)))
 
 
 def test_recording_changes_nothing_that_is_trained(tmp_path):
