@@ -29,7 +29,9 @@ def _log10(values: np.ndarray) -> np.ndarray:
 
 def flow_heatmap_figure(frame: pd.DataFrame, layer: int, *, revision: str = "flow") -> go.Figure:
     """Steps x rows heatmaps of log10 ‖∂loss/∂h_t‖ for `layer` (from 1) of a run's gradient_flow.csv, one per
-    direction side by side, on one colour scale: bright where the loss reaches a row's state, dark where it fades."""
+    direction side by side, on one colour scale: bright where the loss reaches a row's state, dark where it fades.
+    The scale spans the 2nd to the 95th percentile: the row each reader read last, which the classifier reads
+    directly, would otherwise wash out the rest (the hover shows every value)."""
     here = frame[frame["layer"] == layer] if len(frame) else frame
     directions = [d for d in DIRECTION_COLOURS if len(here) and d in set(here["direction"])]
     if not directions:
@@ -39,21 +41,21 @@ def flow_heatmap_figure(frame: pd.DataFrame, layer: int, *, revision: str = "flo
     grids = {d: here[here["direction"] == d].pivot_table(index="step", columns="row", values="grad_norm")
              for d in directions}
     logs = np.concatenate([_log10(g.to_numpy()).ravel() for g in grids.values()])
-    low, high = (float(np.nanmin(logs)), float(np.nanmax(logs))) if np.isfinite(logs).any() else (0.0, 1.0)
-    fig = make_subplots(rows=1, cols=len(directions), shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=[f"{d} (reads rows {'0 → 27' if d == 'forward' else '27 → 0'})"
-                                        for d in directions])
+    finite = logs[np.isfinite(logs)]
+    low, high = (float(np.percentile(finite, 2)), float(np.percentile(finite, 95))) if finite.size else (0.0, 1.0)
+    fig = make_subplots(rows=1, cols=len(directions), shared_yaxes=True, horizontal_spacing=0.08,
+                        subplot_titles=directions)
     for col, d in enumerate(directions, 1):
         grid = grids[d]
         fig.add_trace(go.Heatmap(z=_log10(grid.to_numpy()), x=list(grid.columns), y=list(grid.index),
                                  customdata=grid.to_numpy(), zmin=low, zmax=high, colorscale="Viridis",
-                                 colorbar=dict(title="log10", len=0.9), showscale=col == len(directions),
+                                 colorbar=dict(title="log10", len=0.85), showscale=col == len(directions),
                                  hovertemplate="step %{y}, row %{x}: %{customdata:.3g}<extra>" + d + "</extra>"),
                       row=1, col=col)
-        fig.update_xaxes(title_text="image row", row=1, col=col)
+        fig.update_xaxes(title_text=f"row, read {'0→27' if d == 'forward' else '27→0'}", row=1, col=col)
     fig.update_yaxes(title_text="training step", autorange="reversed", row=1, col=1)
-    fig.update_layout(title=f"Gradient flow through time · layer {layer}: {FLOW_AXIS}", uirevision=revision,
-                      **{**LAYOUT, "height": 340, "hovermode": "closest"})
+    fig.update_layout(title=f"Gradient flow through time · layer {layer}", uirevision=revision,
+                      **{**LAYOUT, "height": 360, "hovermode": "closest", "margin": dict(l=10, r=10, t=80, b=10)})
     return fig
 
 
@@ -72,9 +74,9 @@ def flow_profile_figure(profiles: dict[str, pd.DataFrame], layer: int, *, revisi
             fig.add_scatter(x=line["row"], y=line["grad_norm"].where(line["grad_norm"] > 0), mode="lines+markers",
                             name=name, line=dict(color=colour, dash=RUN_DASHES[k % len(RUN_DASHES)]),
                             marker=dict(size=4), hovertemplate="row %{x}: %{y:.3g}<extra>" + name + "</extra>")
-    fig.update_yaxes(type="log", title=FLOW_AXIS)
+    fig.update_yaxes(type="log", dtick=1, title=FLOW_AXIS)  # a tick per power of ten
     fig.update_xaxes(title="image row", range=[-0.5, 27.5])
-    fig.update_layout(title=f"{title} · layer {layer}", uirevision=revision, **{**LAYOUT, "height": 340,
+    fig.update_layout(title=f"{title} · layer {layer}", uirevision=revision, **{**LAYOUT, "height": 360,
                                                                                  "hovermode": "closest"})
     return note_if_empty(fig, "waiting for the first measurement…")
 
