@@ -49,9 +49,13 @@ LIVE_FIELDS = ("lr", "grad_clip", "epochs", "augment")
 # What a run made before a setting existed trained with (its config.json lacks the key): it resumes, and its
 # live values read, as it was; the one home of these (the worker's config, the page's live values).
 OLDER_RUN_DEFAULTS = {"augment": "off", "lr_schedule": "constant", "input_scale": "unit", "drawn_share": 0.0,
-                      "amp": "off", "tensorboard": False}
-# Fields that change what a run records, not how it trains: runs that differ only in them are one seed group.
-RECORDING_FIELDS = ("tensorboard",)
+                      "amp": "off", "tensorboard": False, "gradient_flow_every": 0}
+# Measure the gradient flow through time every this many steps: rarely enough to cost at most 5 % of the training
+# time at the defaults (docs/decisions/020-gradient-flow-every.md).
+GRADIENT_FLOW_EVERY = 50
+# Fields that change what a run records, not how it trains: runs that differ only in them (and the seed) are one
+# seed group, and a sweep does not search them.
+RECORDING_FIELDS = ("tensorboard", "gradient_flow_every")
 
 
 class ConfigError(ValueError):
@@ -154,6 +158,11 @@ class TrainConfig:
         "help": "Share of the training images that are your own saved drawings (the Predict page's Teach it, in "
                 "<data folder>/my-drawings), each repeated to reach it; 0 = off. The held-out drawings are never "
                 "trained on: the report shows accuracy on them before and after.", "range": (0.0, 0.5)})
+    gradient_flow_every: int = field(default=GRADIENT_FLOW_EVERY, metadata={
+        "help": "Every N steps, measure how strongly the loss reaches back to each row's hidden state (per layer "
+                "and direction, on one fixed batch of training images) into the run's gradient_flow.csv, shown live "
+                "on the Train page; 0 = off. Changes what is recorded, never what is trained (the default costs a "
+                "few % of the training time: docs/decisions/020-gradient-flow-every.md).", "range": (0, 1000000)})
     init_from: str = field(default="", metadata={
         "help": "Checkpoint file to start the weights from (fine-tuning), e.g. runs/<id>/checkpoints/best.pt; "
                 "empty = random weights. Cell, direction, hidden size, layers and head must match it."})

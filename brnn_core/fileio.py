@@ -102,6 +102,23 @@ def _not_there(exc: OSError) -> bool:
     return isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError) or exc.errno == errno.ELOOP
 
 
+def keep_rows(path: Path, keep: Callable[[float], bool]) -> int:
+    """Rewrite a CSV log (atomically) with its header and the whole lines whose first field, a step, `keep` accepts
+    (a line without a number there reads as infinite); the number of lines removed."""
+    lines = Path(path).read_text(errors="surrogateescape").splitlines(keepends=True)
+    kept = lines[:1] + [line for line in lines[1:] if line.endswith("\n") and keep(_first_number(line))]
+    if len(kept) != len(lines):
+        atomic_write(path, lambda fh: fh.write("".join(kept).encode(errors="surrogateescape")))
+    return len(lines) - len(kept)
+
+
+def _first_number(line: str) -> float:
+    try:
+        return float(line.split(",", 1)[0])
+    except ValueError:
+        return float("inf")
+
+
 def read_json(path: Path, default: Any = None) -> Any:
     try:
         return json.loads(Path(path).read_text())

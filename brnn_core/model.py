@@ -81,7 +81,11 @@ class RecurrentClassifier(nn.Module):
         return getattr(self, self.cfg.cell)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        # x: (B, T=28, 28) floats in [0, 1]; zero initial states are PyTorch's default. D = directions.
+        # x: (B, T=28, 28) floats in [0, 1]; zero initial states are PyTorch's default.
+        return self.head(self.features(x, lengths))  # (B, num_classes)
+
+    def features(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, D*H) what the classifier reads from images `x` (B, T, 28) in [0, 1]. D = directions."""
         if self.cfg.input_scale == "standard":
             x = (x - PIXEL_MEAN) / PIXEL_STD  # (B, T, 28)
         # lengths (B,): read only the first lengths[b] rows of image b, in every direction (the rest is
@@ -96,12 +100,10 @@ class RecurrentClassifier(nn.Module):
         if self.cfg.head == "last":
             # (B, D*H) one-way: the only state that has read the whole image. Two-way, the blog's: the last layer's
             # backward half has run only one step, on the last row (it sees the image only through the layer below)
-            feat = at_end
-        else:
-            h = self.cfg.hidden_size
-            # forward state after the last row + backward state after the first row: both full passes
-            feat = torch.cat([at_end[:, :h], out[:, 0, h:]], dim=1)  # (B, 2H)
-        return self.head(feat)  # (B, num_classes)
+            return at_end
+        h = self.cfg.hidden_size
+        # forward state after the last row + backward state after the first row: both full passes
+        return torch.cat([at_end[:, :h], out[:, 0, h:]], dim=1)  # (B, 2H)
 
     def head(self, feat: torch.Tensor) -> torch.Tensor:
         """The classifier layer, in fp32 even under autocast: bf16 would round the logits, and so the loss's

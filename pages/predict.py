@@ -30,7 +30,7 @@ from brnn_core.model import network_name
 from ui import drawings as my
 from ui.common import flash, folders, picker_id, run_index, short_id, show_flashes
 from ui.inside import inside_panel
-from ui.prediction import reading_caption, show_verdict
+from ui.prediction import reading_caption, show_directions, show_verdict
 from ui.state import pick_checkpoint, picked_checkpoint
 from ui.teach import teach_panel
 
@@ -205,6 +205,7 @@ def draw_and_predict(predictor: Predictor) -> None:
                                                   predictor.classes[top]), key="attribution", on_select="ignore")
         st.caption(reading_caption(predictor.device.type == "cuda",
                                    bidirectional=predictor.checkpoint.model_config.bidirectional))
+        show_directions(predictor, x.numpy(), top)
         inside_panel(predictor, x.numpy(), top, path, data_dir)
 
     st.subheader("Teach it your handwriting")

@@ -48,6 +48,7 @@ from ui.common import (
     show_flashes,
     state_label,
 )
+from ui.gradient_flow import gradient_flow_section, layer_picker
 from ui.lr_finder import lr_finder_panel
 from ui.state import SEEDS_KEY, form_key, form_now, form_seeds, seeds_text, train_form
 from ui.warmup import predraw_progress
@@ -149,7 +150,8 @@ with left:
     with st.expander("Advanced"):
         seeds_field()
         for name, label in (("log_interval", "Log every N steps"),
-                            ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)")):
+                            ("eval_batch_size", "Evaluation batch size"), ("cpu_threads", "CPU threads (0 = auto)"),
+                            ("gradient_flow_every", "Gradient flow every N steps (0 = off)")):
             field(name, st.number_input, label=label, step=1)
         field("amp", st.selectbox, label="Mixed precision", options=AMP_MODES,
               format_func=lambda a: amp_auto_label(form["device"]) if a == "auto" else a)
@@ -310,9 +312,10 @@ with right:
                       help="Send the changed values to the worker; it applies them before its next step.")
     elif state in ENDED_STATES:
         branch_form(run, runs_dir, data_dir, key="train_branch")
-    o1, o2 = st.columns(2)
+    o1, o2, o3 = st.columns([2, 1, 1])
     smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, help="Exponential moving average, as in TensorBoard.")
     log_y = o2.toggle("Log scale (loss)", value=False)
+    flow_layer = layer_picker(o3, run.config().get("train") or {})
 
 
 def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, plan: tuple) -> list:
@@ -327,7 +330,7 @@ def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, plan: 
         charts.lr_figure(plan, revision=rev)])
 
 
-def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool) -> None:
+def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool, flow_layer: int) -> None:
     """Re-reads the run directory on a timer; a state change reruns the whole page (buttons)."""
     live_run = Run(run_path)
     s = live_run.status()
@@ -379,6 +382,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     acc_col, lr_col = st.columns(2)
     acc_col.plotly_chart(figures[2], key="chart_acc", on_select="ignore")
     lr_col.plotly_chart(figures[3], key="chart_lr", on_select="ignore")
+    gradient_flow_section(live_run, config.get("train") or {}, s.get("state"), flow_layer)
     # keyed, its open state is the session's (not the browser element's): it stays open through the reruns that
     # a state change (pause, resume) makes, which redraw the panel
     with st.expander("Event log", key="event_log", on_change="rerun"):
@@ -393,4 +397,5 @@ with right:
     # Every LIVE_REFRESH_S while the run can change: each redraw takes CPU from training on a small machine
     # (docs/decisions/008-live-refresh-interval.md). An ended run is only watched for a resume from elsewhere
     # (the CLI, another tab), which a slower poll catches.
-    st.fragment(run_every=LIVE_REFRESH_S if active else 5.0)(live_panel)(str(run.path), state, smoothing, log_y)
+    st.fragment(run_every=LIVE_REFRESH_S if active else 5.0)(live_panel)(str(run.path), state, smoothing, log_y,
+                                                                         flow_layer)

@@ -201,6 +201,22 @@ def write_sample_as_idx(data_dir: Path) -> Path:
 
 
 # ------------------------------------------------------------------ runs
+# Every cell with every head its direction can have: (cell, bidirectional, head)
+EVERY_NET = [(cell, two_way, head) for cell in ("lstm", "gru", "rnn")
+             for two_way, head in ((True, "bidir"), (True, "last"), (False, "last"))]
+
+
+def tiny_net(cell: str, bidirectional: bool, head: str, *, seed: int = 0, hidden: int = 10):
+    """A fresh two-layer classifier of `cell` (standardised inputs), weights from `seed`."""
+    import torch
+
+    from brnn_core.model import ModelConfig, RecurrentClassifier
+
+    torch.manual_seed(seed)
+    return RecurrentClassifier(ModelConfig(hidden_size=hidden, num_layers=2, cell=cell, bidirectional=bidirectional,
+                                           head=head, input_scale="standard"))
+
+
 def tiny_config(**overrides) -> TrainConfig:
     """TINY + overrides."""
     return TrainConfig.from_dict({**TINY, **overrides})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -11,6 +12,7 @@ from helpers import build_app, copy_run, no_exception, rerun_until, wait_for, wa
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.runs import job_queue as queue
+from brnn_core.runs.gradient_flow import read_gradient_flow
 from brnn_core.runs.rundir import list_runs
 
 
@@ -332,3 +334,42 @@ def test_fine_tune_fields_validate_inline(dirs, finished, tmp_path):
     assert not at.error and buttons(at)["Start training"] is True
     assert at.session_state["form"]["init_from"] == str(finished.best_ckpt)
     assert at.session_state["form"]["my_drawings"] == pytest.approx(0.2)
+
+
+def test_gradient_flow_heatmap_and_why_a_run_has_none(dirs, finished):
+    """A run with gradient_flow.csv: a steps x rows heatmap per direction of the chosen layer and its latest
+    profile. A run made before the recording existed, and one with it off, say why there is none."""
+    runs_dir, _ = dirs
+    without = {"20000101-000000-mnist-sample-0000": (None, "trained before gradient flow was recorded"),
+               "20000102-000000-mnist-sample-0001": (0, "Gradient flow was off for this run")}
+    for run_id, (every, _) in without.items():
+        other = copy_run(finished, runs_dir, run_id)
+        other.gradient_flow_path.unlink()
+        config = json.loads(other.config_path.read_text())
+        if every is None:
+            del config["train"]["gradient_flow_every"]
+        else:
+            config["train"]["gradient_flow_every"] = every
+        other.config_path.write_text(json.dumps(config))
+    run = copy_run(finished, runs_dir, "20990101-000000-mnist-sample-ffff")  # the newest: shown first
+    measured = read_gradient_flow(run.gradient_flow_path)
+    assert len(measured)
+    at = app()
+    no_exception(at)
+    charts = {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    heat, line = charts["chart_flow"], charts["chart_flow_profile"]
+    assert heat["layout"]["title"]["text"].startswith("Gradient flow through time · layer 2")
+    assert [t["type"] for t in heat["data"]] == ["heatmap", "heatmap"]  # forward and backward
+    assert [len(t["x"]) for t in heat["data"]] == [28, 28]
+    assert all(len(t["y"]) == measured["step"].nunique() for t in heat["data"])
+    assert [t["name"] for t in line["data"]] == ["forward", "backward"]
+    assert any("Recorded every 50 steps in the run's gradient_flow.csv" in c.value for c in at.caption)
+    at.selectbox(key="flow_layer").select(1).run()
+    no_exception(at)
+    heat = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key == "chart_flow")
+    assert heat["layout"]["title"]["text"].startswith("Gradient flow through time · layer 1")
+    for run_id, (_, why) in without.items():
+        at.sidebar.selectbox(key="run_picker").select(run_id).run()
+        no_exception(at, run_id)
+        assert not [c for c in at.get("plotly_chart") if c.key == "chart_flow"]
+        assert any(why in i.value for i in at.info), [i.value for i in at.info]

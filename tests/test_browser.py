@@ -158,6 +158,10 @@ def test_train_with_live_controls(dashboard, page):
     assert run.config()["train"]["epochs"] == 20
     expect(page.get_by_text(run.id).first).to_be_visible()
     wait_chart_points_above(page, "Training loss (per step)", 3)  # a curve worth a screenshot
+    # The gradient flow through time: measured at step 0, drawn as a heatmap per direction of the last layer
+    page.wait_for_function(f"() => ({PLOT_JS})('Gradient flow through time · layer 2')", timeout=T)
+    flow = plot_info(page, "Gradient flow through time · layer 2")
+    assert flow["traces"] == ["heatmap", "heatmap"] and flow["cols"] == [28, 28] and min(flow["rows"]) >= 1, flow
     screenshot(page, "train-running", SHOTS)
 
     # Live learning rate: the one in the "Live controls" box (right of the form) changes this run; the form's
@@ -297,6 +301,11 @@ def test_predict_shows_how_the_model_reads_and_saves_the_drawing(dashboard, fini
     overlay = plot_info(page, ATTRIBUTION_TITLE)
     assert overlay == {"traces": ["heatmap", "heatmap"], "rows": [28, 28], "cols": [28, 28]}, overlay
     expect(page.get_by_text(f"{ATTRIBUTION_TITLE}: 7").first).to_be_visible()
+    page.wait_for_function(f"() => ({PLOT_JS})('What each direction drew on: 7')", timeout=T)
+    readers = page.evaluate(f"""() => ({PLOT_JS})('What each direction drew on: 7')._fullData.map(
+        d => [d.type, d.name, d.y.length])""")
+    assert readers == [["bar", "forward reader", 28], ["bar", "backward reader", 28]], readers
+    expect(page.get_by_text(re.compile("arXiv:1910.12370")).first).to_be_visible()  # the recency bias, in words
     expect(page.get_by_text(re.compile("one row of pixels at a time")).first).to_be_visible()  # plain words
     expect(page.get_by_text(re.compile("cuDNN"))).to_have_count(0)  # no GPU sentence on a CPU machine
     page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"

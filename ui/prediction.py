@@ -1,10 +1,16 @@
 """What the Predict page says about one prediction: the verdict with its calibrated probability and a notice
-when the drawing does not look like what the model was trained on, and the look-inside caption in plain words."""
+when the drawing does not look like what the model was trained on, the look-inside caption in plain words, and what
+each direction drew on."""
 
 from __future__ import annotations
 
+import numpy as np
+import streamlit as st
+
+from brnn_core import gradient_charts
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.inference.predictor import Assessment, Predictor
+from brnn_core.inference.saliency import UNIT
 
 READING_CAPTION = (
     "Left: the model reads your image one row of pixels at a time, {how}. "
@@ -24,6 +30,43 @@ def reading_caption(device_is_cuda: bool, *, bidirectional: bool) -> str:
     note only on a GPU."""
     how = "from the top and from the bottom at once" if bidirectional else "from the top down"
     return READING_CAPTION.format(how=how) + (GPU_NOTE if device_is_cuda else "")
+
+
+DIRECTIONS_CAPTION = (
+    "How strongly each row's pixels move the answer: the gradient of {name}'s logit with respect to the row's 28 "
+    "pixels (their L2 norm, in logits per unit of ink: a pixel going from black, 0, to white, 1). {split} "
+    "Gradients favour the rows a reader read last: a row read long ago reaches the answer through many steps, each "
+    "of which can shrink its gradient (Ismail et al. 2019, arXiv:1910.12370), so a faint bar far from a reader's "
+    "end is no proof that the row does not matter (Rows that mattered, under Inside, blanks each row instead).")
+SPLIT = {
+    "bidir": "The classifier adds what the forward reader (top down) and the backward reader (bottom up) give it, so "
+             "the two bars are the parts of one gradient: expect the forward reader to lean on the bottom rows, which "
+             "it read last, and the backward one on the top rows.",
+    "last": "This net's classifier (the blog's `last` head) reads both readers after the bottom row, where the "
+            "backward reader has read only that row itself (the rows above reach it through the layer below); the "
+            "bars split the gradient between the two halves as they are.",
+    "one-way": "A one-way net has one reader, top down, so one bar per row: expect it to lean on the bottom rows, "
+               "which it read last.",
+}
+
+
+def directions_caption(name: str, *, bidirectional: bool, head: str, device_is_cuda: bool) -> str:
+    """The caption under what each direction drew on, for class `name`: how its split reads for this net."""
+    split = SPLIT[head if bidirectional else "one-way"]
+    return DIRECTIONS_CAPTION.format(name=name, split=split) + (GPU_NOTE.replace("right-hand chart", "chart")
+                                                                 if device_is_cuda else "")
+
+
+def show_directions(predictor: Predictor, x: np.ndarray, top: int) -> None:
+    """The gradient per row of class `top`'s logit for the model input `x`, split between the readers, and how to
+    read it."""
+    cfg = predictor.checkpoint.model_config
+    chart, words = st.columns([3, 2])
+    split = predictor.direction_saliency(x, top)
+    chart.plotly_chart(gradient_charts.direction_rows_figure(split.rows(), predictor.classes[top], UNIT),
+                       key="direction_rows", on_select="ignore")
+    words.caption(directions_caption(predictor.classes[top], bidirectional=cfg.bidirectional, head=cfg.head,
+                                     device_is_cuda=predictor.device.type == "cuda"))
 
 
 def unfamiliar_notice(classes: list[str]) -> str:

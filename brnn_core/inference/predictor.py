@@ -18,6 +18,7 @@ from brnn_core.data.canvas import deslant_for, prepare
 from brnn_core.inference.calibration import Calibration, features_and_logits
 from brnn_core.inference.explain import integrated_gradients, prefix_probabilities, randomized_copy, row_importance
 from brnn_core.inference.internals import Internals, model_internals
+from brnn_core.inference.saliency import DirectionSaliency, direction_saliency
 from brnn_core.model import mode
 
 
@@ -109,6 +110,14 @@ class Predictor:
             return None
         model = self._randomized() if randomized else self.model
         return integrated_gradients(model, x, target, baseline=baseline)[0]
+
+    def direction_saliency(self, image: np.ndarray | torch.Tensor,
+                           target: int | None = None) -> DirectionSaliency | None:
+        """The gradient of class `target`'s logit (default: the predicted class) with respect to the input, split
+        between the directions that read it (inference.saliency); None when blank. cuDNN off for the call."""
+        self._check_target(target)
+        x = self.model_input(image)
+        return None if x is None else direction_saliency(self.model, x, target)
 
     def internals(self, image: np.ndarray | torch.Tensor, rows: int | None = None) -> Internals | None:
         """h, c and the four gates of every layer and direction at each row (inference.internals); None when

@@ -138,8 +138,8 @@ def val_summary(lines: list[str]) -> ValSummary:
 
 
 def seed_group(train: dict) -> str:
-    """The id shared by runs whose training settings differ only in `seed` (or in what they record, such as
-    TensorBoard files): 8 hex digits of their hash."""
+    """The id shared by runs whose training settings differ only in `seed` (or in what they record, not how they
+    train: config.RECORDING_FIELDS, such as TensorBoard files): 8 hex digits of their hash."""
     settings = {k: v for k, v in (train or {}).items() if k != "seed" and k not in RECORDING_FIELDS}
     return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
 

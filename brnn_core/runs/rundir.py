@@ -32,6 +32,7 @@ from brnn_core.fileio import (
     read_complete_lines,
     read_json,
 )
+from brnn_core.runs.gradient_flow import FILE as GRADIENT_FLOW_FILE
 from brnn_core.runs.protocol import command_line
 from brnn_core.runs.status import RunStatus, effective_status, new_status, update_status
 from brnn_core.states import ACTIVE_STATES, State
@@ -134,6 +135,10 @@ class Run:
     @property
     def metrics_path(self) -> Path:
         return self.path / "metrics.csv"
+
+    @property
+    def gradient_flow_path(self) -> Path:
+        return self.path / GRADIENT_FLOW_FILE
 
     @property
     def events_path(self) -> Path:

@@ -19,7 +19,9 @@ NOT_SEARCHABLE = {"cpu_threads": "it is set by --cpus-per-trial (the trial's sha
                   "device": "every trial runs where the sweep's resources put it: set it with --set device=..., "
                             "and GPUs with --gpus-per-trial",
                   "tensorboard": "it decides what a trial records, not how it trains: set it with --set "
-                                 "tensorboard=false"}
+                                 "tensorboard=false",
+                  "gradient_flow_every": "it decides what a trial records, not how it trains: set it with --set "
+                                         "gradient_flow_every=0 (off) or another interval"}
 SEARCHABLE = tuple(f for f in TrainConfig.field_names() if f not in NOT_SEARCHABLE)
 # A starting spec per field for forms (the Sweep page): ranges that train in a few minutes on the sample.
 SUGGESTED_SPECS = {"lr": "loguniform:0.0003:0.03", "hidden_size": "choice:32,64,128", "num_layers": "choice:1,2",

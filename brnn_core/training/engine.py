@@ -136,20 +136,20 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
                     before_step: Callable[[int], bool] | None = None, amp: str = "off",
                     scaler: torch.amp.GradScaler | None = None,
                     augment: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
-                    watch: ExplosionWatch | None = None, graph: GraphedStep | None = None) -> EpochResult:
+                    watch: ExplosionWatch | None = None, graph: GraphedStep | None = None,
+                    probe: Callable[[int, int], None] = lambda step, batch: None) -> EpochResult:
     """One pass of optimizer steps over `index_batches` (index tensors into images/labels).
 
-    `images` are uint8 (N, 28, 28) already on the model's device. `before_step(step)` is
-    called between steps (live controls, pause); returning False stops the epoch early.
-    `grad_clip()` is read every step so it can change while training. With amp="fp16" the loss is
-    scaled (`scaler`, one per run as fit passes it): small fp16 gradients underflow to zero otherwise.
-    `augment(x, step)` changes each training batch (model input in [0, 1]) before the forward pass;
-    `watch` ends the epoch as diverged when the logged loss explodes (see ExplosionWatch); `graph` replays
-    the step from a CUDA graph where it can (cuda_graph.py), the plain step otherwise.
+    `images` are uint8 (N, 28, 28) already on the model's device. `before_step(step)` is called between steps (live
+    controls, pause); returning False stops the epoch early. `grad_clip()` is read every step so it can change while
+    training. With amp="fp16" the loss is scaled (`scaler`, one per run as fit passes it): small fp16 gradients
+    underflow to zero otherwise. `augment(x, step)` changes each training batch (model input in [0, 1]) before the
+    forward pass; `watch` ends the epoch as diverged when the logged loss explodes (see ExplosionWatch); `graph`
+    replays the step from a CUDA graph where it can (cuda_graph.py), the plain step otherwise. `probe(step, batch)`
+    runs before each step that goes ahead (a measurement on the weights so far); its time counts as training time.
     """
     device = images.device
-    if scaler is None:
-        scaler = grad_scaler(device, amp)  # None unless fp16
+    scaler = scaler or grad_scaler(device, amp)  # None unless fp16
     watch = watch or ExplosionWatch()
     running = torch.zeros((), device=device)  # loss summed on the device since the last log
     total = torch.zeros((), device=device)
@@ -162,6 +162,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
                 if not before_step(step):
                     return EpochResult(step, batch_offset + batches, _mean(total, batches), False, stopped=True)
                 last_time += time.perf_counter() - t0  # time spent paused is not training time
+            probe(step, batch_offset + batches)
             x = to_input(images[idx])  # (B, 28, 28)
             if augment is not None:
                 x = augment(x, step)  # (B, 28, 28), new random changes for every step
@@ -332,6 +333,7 @@ class FitHooks:
     epochs: Callable[[], int] | None = None  # total epochs, may change live
     grad_clip: Callable[[], float] | None = None
     augment: Callable[[torch.Tensor, int], torch.Tensor] | None = None  # (x, step) -> x, training batches only
+    probe: Callable[[int, int, int], None] | None = None  # (step, epoch, batch) before a step: a measurement
 
 
 @dataclass
@@ -365,10 +367,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train_x: torch.Tenso
     while epoch < total_epochs():
         order = epoch_order(len(train_x), seed, epoch).to(train_x.device)  # replayable for resume
         on_log = (lambda p, e=epoch: hooks.on_log(e, p)) if hooks.on_log else None
+        probe = (lambda s, b, e=epoch: hooks.probe(s, e, b)) if hooks.probe else (lambda s, b: None)
         result = train_one_epoch(model, optimizer, train_x, train_y, batches(order, batch_size, batch0),
                                  step=step, batch_offset=batch0, grad_clip=hooks.grad_clip or (lambda: 0.0),
                                  log_interval=log_interval, on_log=on_log, before_step=hooks.before_step, amp=amp,
-                                 scaler=scaler, augment=hooks.augment, watch=watch, graph=graph)
+                                 scaler=scaler, augment=hooks.augment, watch=watch, graph=graph, probe=probe)
         step = result.step
         if result.diverged:
             return FitResult("diverged", epoch, step, result.batches_done, last_val, result.reason)

@@ -37,6 +37,7 @@ from brnn_core.training.engine import (
     fit,
     weights_finite,
 )
+from brnn_core.training.gradient_flow import gradient_flow_probe
 from brnn_core.training.loss_scaling import LossScaler
 from brnn_core.training.recorder import Position, Recorder
 from brnn_core.training.splits import Splits
@@ -202,6 +203,9 @@ class TrainingSession(Commands, Ending):
                    keeper: ThreadKeeper | None = None) -> str:
         """fit from the position to the live number of epochs, then end the run; returns the final state."""
         hooks = self.hooks()
+        hooks.probe = gradient_flow_probe(self.run.gradient_flow_path, self.model, splits.train_x, splits.train_y,
+                                          every=self.cfg.gradient_flow_every, batch_size=self.cfg.batch_size,
+                                          seed=self.cfg.seed, steps_per_epoch=self.steps_per_epoch)
         if keeper is not None:  # other training processes come and go: re-plan this one's share between steps
             hooks.before_step = keeper.wrap(hooks.before_step)
         cfg, start = self.cfg, self.position

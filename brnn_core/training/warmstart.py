@@ -17,9 +17,10 @@ import torch
 
 from brnn_core.checkpoint import Checkpoint, CheckpointError, check_state_matches, load_checkpoint
 from brnn_core.config import TrainConfig
-from brnn_core.fileio import atomic_write
+from brnn_core.fileio import keep_rows
 from brnn_core.model import network_name
 from brnn_core.runs.branch import PARENT_CKPT, parent_of
+from brnn_core.runs.gradient_flow import drop_from
 from brnn_core.runs.protocol import ACKS, SET, change_message
 from brnn_core.runs.rundir import Run
 from brnn_core.training.recorder import Position, best_score
@@ -138,6 +139,7 @@ def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     if source is None and not run.last_ckpt.is_file():
         run.log_event("resume", "no checkpoint was saved yet: starting again from step 0", step=0)
         run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])
+        drop_from(run.gradient_flow_path, 0)
         return Position(), {}
     path = source or run.last_ckpt
     ckpt = load_checkpoint(path)
@@ -151,6 +153,7 @@ def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     best_val = best_score(best_by, load_checkpoint(run.best_ckpt).metrics) if run.best_ckpt.is_file() \
         else math.inf
     dropped = drop_metrics_after(run, ckpt.step)
+    drop_from(run.gradient_flow_path, ckpt.step)  # measured again at this step, on the same weights, if due
     run.log_event("resume", f"resumed from {'last.pt' if source is None else source} at epoch {ckpt.epoch}, "
                             f"step {ckpt.step}"
                   + (f" ({dropped} metric rows logged after that checkpoint were dropped)" if dropped else ""),
@@ -160,18 +163,7 @@ def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
 
 def drop_metrics_after(run: Run, step: int) -> int:
     """Remove metrics rows past `step` (logged after the checkpoint a resume starts from), so no step repeats."""
-    lines = run.metrics_path.read_text().splitlines(keepends=True)
-    keep = [lines[0]] + [line for line in lines[1:] if line.endswith("\n") and _row_step(line) <= step]
-    if len(keep) != len(lines):
-        atomic_write(run.metrics_path, lambda fh: fh.write("".join(keep).encode()))
-    return len(lines) - len(keep)
-
-
-def _row_step(line: str) -> float:
-    try:
-        return float(line.split(",", 1)[0])
-    except ValueError:
-        return math.inf
+    return keep_rows(run.metrics_path, lambda row_step: row_step <= step)
 
 
 def unstarted_branch(run: Run) -> bool:
@@ -193,6 +185,7 @@ def start_branch(run: Run, cfg: TrainConfig, model: torch.nn.Module, optimizer: 
         raise CheckpointError(f"{where} does not fit this branch: {exc}") from None
     run.metrics_path.write_text(run.metrics_path.read_text().splitlines(keepends=True)[0])  # header only
     ckpt, position = warm.checkpoint, warm.position
+    drop_from(run.gradient_flow_path, 0)  # a branch that failed before its first last.pt starts again
     saved = ckpt.train_config
     if position.batch and any(saved.get(k) != getattr(cfg, k) for k in ("dataset", "batch_size")):
         position.batch = 0  # other batches: the unfinished epoch starts again from its first batch
