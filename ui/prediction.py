@@ -1,10 +1,17 @@
 """What the Predict page says about one prediction: the verdict with its calibrated probability and a notice
-when the drawing does not look like what the model was trained on, and the look-inside caption in plain words."""
+when the drawing does not look like what the model was trained on, and how the model read it (the look-inside
+section, with its caption in plain words)."""
 
 from __future__ import annotations
 
+import numpy as np
+import streamlit as st
+
+from brnn_core import charts
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.inference.predictor import Assessment, Predictor
+from brnn_core.model import network_name
+from ui.explaining import Explanations, shown
 
 READING_CAPTION = (
     "Left: the model reads your image one row of pixels at a time, {how}. "
@@ -24,6 +31,25 @@ def reading_caption(device_is_cuda: bool, *, bidirectional: bool) -> str:
     note only on a GPU."""
     how = "from the top and from the bottom at once" if bidirectional else "from the top down"
     return READING_CAPTION.format(how=how) + (GPU_NOTE if device_is_cuda else "")
+
+
+def reading_section(predictor: Predictor, x: np.ndarray, top: int, explain: Explanations) -> None:
+    """How the network reads the model input `x` (28, 28) row by row, and which pixels pushed it towards its
+    answer `top`: each worked out in the background, a note in its place until then."""
+    cfg = predictor.checkpoint.model_config
+    network = network_name(cfg)
+    st.subheader(f"How the {network} reads your digit")
+    left, right = st.columns([3, 2])
+    rows = explain.get(("reading",), lambda stop: predictor.read_rows(x))
+    if shown(left, rows, "how it reads it row by row"):
+        left.plotly_chart(charts.reading_figure(x, rows, predictor.classes, network=network), key="reading",
+                          on_select="ignore")
+    attribution = explain.get(("attribution", "black", False, top),
+                              lambda stop: predictor.attribution(x, top, should_stop=stop))
+    if shown(right, attribution, "which pixels decided"):
+        right.plotly_chart(charts.attribution_figure(x, attribution, predictor.classes[top]), key="attribution",
+                           on_select="ignore")
+    st.caption(reading_caption(predictor.device.type == "cuda", bidirectional=cfg.bidirectional))
 
 
 def unfamiliar_notice(classes: list[str]) -> str:
