@@ -17,9 +17,10 @@ import io
 import numpy as np
 import pytest
 from browser_server import browser_page, require_browser, start_server, stop_server
-from helpers import REPO, copy_run
+from helpers import copy_run
 from PIL import Image
 
+from benchmarks.stroke_to_prediction import CANVAS, DRAWN, FOUR, SETTLED_JS, draw, record, recorded
 from brnn_core.charts import READING_TITLE
 from brnn_core.inference.predictor import Predictor
 
@@ -34,29 +35,11 @@ pytestmark = pytest.mark.browser
 T = 120_000  # ms
 if expect is not None:
     expect.set_options(timeout=T)
-CANVAS = "[data-testid=stBidiComponentIsolated] canvas.upper-canvas"
-FOUR = ([(90, 60), (90, 150), (200, 150)], [(180, 50), (180, 250)])  # the two strokes of a 4, drawn back to back
-
-# Every state of the page after the strokes: the 28×28 image shown, the answer, and whether an explanation is
-# still being worked out.
-RECORD_JS = """() => {
-    window.__states = [];
-    const snap = () => {
-        const img = document.querySelector('[data-testid=stImage] img');
-        const verdict = document.querySelector('[data-testid=stMetricValue]');
-        window.__states.push({src: img ? img.src : null, verdict: verdict ? verdict.innerText : null,
-                              working: document.body.innerText.includes('Working out')});
-    };
-    new MutationObserver(snap).observe(document.body, {subtree: true, childList: true, characterData: true,
-                                                        attributes: true});
-}"""
 READING_INPUT_JS = f"""() => {{
     const p = [...document.querySelectorAll('.js-plotly-plot')].find(p => p._fullLayout
         && String(p._fullLayout.title.text).includes({READING_TITLE!r}));
     return p ? p._fullData[0].z.map(row => Array.from(row)) : null;
 }}"""
-SETTLED_JS = f"""() => !document.body.innerText.includes('Working out')
-    && !!document.querySelector('[data-testid=stMetricValue]') && ({READING_INPUT_JS})() !== null"""
 
 
 @pytest.fixture(scope="module")
@@ -68,20 +51,9 @@ def server(trained_run, tmp_path_factory):
     stop_server(srv)
 
 
-def draw(page, strokes) -> None:
-    box = page.locator(CANVAS).bounding_box()
-    for points in strokes:
-        page.mouse.move(box["x"] + points[0][0], box["y"] + points[0][1])
-        page.mouse.down()
-        for x, y in points[1:]:
-            page.mouse.move(box["x"] + x, box["y"] + y, steps=8)
-        page.mouse.up()
-
-
 def canvas_rgba(page) -> np.ndarray:
     """The canvas as drawn (Fabric's lower canvas holds the strokes), RGBA."""
-    url = page.locator("[data-testid=stBidiComponentIsolated] canvas.dc-canvas.lower-canvas").evaluate(
-        "c => c.toDataURL('image/png')")
+    url = page.locator(DRAWN).evaluate("c => c.toDataURL('image/png')")
     return np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGBA"))
 
 
@@ -99,7 +71,7 @@ def test_two_quick_strokes_show_the_final_drawings_input_and_answer(server, trai
         expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.")).to_be_visible()
         expect(page.locator(CANVAS)).to_be_visible()
         page.wait_for_load_state("networkidle")
-        page.evaluate(RECORD_JS)
+        record(page)
         draw(page, FOUR)
         page.wait_for_function(SETTLED_JS, timeout=T)
         page.wait_for_load_state("networkidle")
@@ -111,7 +83,7 @@ def test_two_quick_strokes_show_the_final_drawings_input_and_answer(server, trai
         src = page.locator("[data-testid=stImage] img").first.get_attribute("src")
         assert np.abs(shown_input(page, src) - x).max() < 0.1  # the image is a JPEG: close, not equal
 
-        states = page.evaluate("() => window.__states")
+        states, _ = recorded(page)
         # the final answer came first, its explanations after: they never held a stroke's answer back
         assert any(s["src"] and s["src"].endswith(src.rsplit("/", 1)[-1]) and s["verdict"] == expected and s["working"]
                    for s in states), states[-5:]
