@@ -123,6 +123,19 @@ def test_query_param_selects_the_run(dirs, finished):
     at.sidebar.selectbox(key="run_picker").select(newer.id).run()
     assert query_run(at) == newer.id
     assert any(newer.id in m.value for m in at.markdown)
+    assert not at.warning
+
+
+def test_a_link_to_a_run_that_does_not_exist_says_so(dirs, finished):
+    runs_dir, _ = dirs
+    newest = copy_run(finished, runs_dir, "20990101-000000-mnist-sample-ffff")
+    at = build_app()
+    at.query_params["run"] = "20200101-000000-mnist-sample-gone"  # deleted, or mistyped
+    at.run()
+    no_exception(at)
+    assert [w.value for w in at.warning] == [f"There is no run `20200101-000000-mnist-sample-gone` in {runs_dir}: "
+                                             f"showing {newest.id} instead."]
+    assert query_run(at) == newest.id  # the address now names the run shown
 
 
 @pytest.mark.worker
