@@ -28,7 +28,7 @@ from brnn_core.data.datasets import DATASETS, availability, default_dataset
 from brnn_core.devices import amp_auto_label, device_choices
 from brnn_core.model import CELL_TITLES, INPUT_SCALES, ModelConfig, network_name
 from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
-from brnn_core.runs.progress import lr_plan, progress_text
+from brnn_core.runs.progress import lr_plan, progress_text, queue_place
 from brnn_core.runs.protocol import STOP
 from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError
@@ -170,7 +170,6 @@ with left:
 # ------------------------------------------------------------------ buttons
 def on_start() -> None:
     """Start one run per seed; while something trains they wait in the queue (the page says where)."""
-    busy = active_run_id(runs_dir)
     try:
         seeds = form_seeds()
         new = registry().start_seeds(runs_dir, TrainConfig.from_dict(form_now(data_dir)), seeds, data_dir=data_dir)
@@ -179,8 +178,9 @@ def on_start() -> None:
         st.session_state["busy_with"] = getattr(exc, "run_id", None)  # a link to the run it duplicates
         return
     select_run(new[0].id)
-    if busy:
-        flash("success", f"Queued {', '.join(r.id for r in new)}: "
+    where = queue_place(new[0])  # what the queue says now, not what the page read before the click
+    if where:
+        flash("info", f"Queued {', '.join(r.id for r in new)} ({where.removeprefix('queued: ')}): "
               f"{'they start one after another' if len(new) > 1 else 'it starts'} when the device is free.")
     else:
         flash("success", f"Started run {new[0].id}." + (f" Queued after it: {', '.join(r.id for r in new[1:])}."
@@ -214,6 +214,15 @@ def on_resume_checkpoint() -> None:
 # ------------------------------------------------------------------ live controls
 def live_wanted() -> dict:
     return {name: st.session_state.get(f"live_{name}") for name in LIVE_FIELDS}
+
+
+def live_controls_for(run_id: str) -> None:
+    """The live controls start from this run's values: what they held for another run is dropped (a widget's
+    session state wins over the `value` it is drawn with)."""
+    if st.session_state.get("live_for") != run_id:
+        for name in LIVE_FIELDS:
+            st.session_state.pop(f"live_{name}", None)
+        st.session_state["live_for"] = run_id
 
 
 def live_problems(live_run: Run, wanted: dict) -> dict[str, str]:
@@ -278,6 +287,7 @@ with right:
         st.stop()
     if active:
         live = live_settings(run, status)
+        live_controls_for(run.id)
         with st.container(border=True):
             st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
             cols = dict(zip(LIVE_FIELDS, st.columns([1.4, 1.1, 1.1, 1.2]), strict=True))
@@ -323,6 +333,8 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     network = f" · {network_name(ModelConfig(**architecture(train)))}" if train else ""  # the run's, not the form's
     st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`{network}")
     message = s.get("message") or ""
+    if s.get("state") == State.QUEUED and not message.startswith("queued:"):
+        message = queue_place(live_run) or message  # where it stands, also before its worker has said so
     slot = st.empty()  # always one element here: a changing element count leaves stale copies on screen
     if message and not (s.get("state") == State.RUNNING and message.startswith("epoch ")):  # the progress line has it
         kind = {State.FAILED: slot.error, State.DIVERGED: slot.error, State.INTERRUPTED: slot.warning,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import time
 
@@ -10,7 +12,7 @@ import pytest
 from helpers import build_app, copy_run, no_exception, rerun_until, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
-from brnn_core.runs import queue
+from brnn_core.runs import lifecycle, queue
 from brnn_core.runs.rundir import list_runs
 
 
@@ -233,6 +235,48 @@ def info_texts(at: AppTest) -> list[str]:
 
 
 @pytest.mark.worker
+def test_a_run_that_must_wait_is_announced_as_queued_with_its_place(dirs):
+    """Nothing trains, but a sweep holds the machine: the new run waits, and the page says so and why at once
+    (before its worker has said it), in the announcement and in the run's panel."""
+    runs_dir, _ = dirs
+    me = psutil.Process()
+    sweep = runs_dir / "sweeps" / "20261203-120000-sweep"
+    sweep.mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"state": "running", "pid": me.pid, "pid_started": me.create_time(),
+                                                  "host": socket.gethostname()}))
+    at = app()
+    at.number_input(key="w_hidden_size").set_value(8)
+    start_button(at).click().run()
+    no_exception(at)
+    [run] = list_runs(runs_dir)
+    place = f"1st in line, for cpu: sweep {sweep.name} is running"
+    assert not at.success, [s.value for s in at.success]  # not "Started run", not green
+    assert f"Queued {run.id} ({place}): it starts when the device is free." in info_texts(at)
+    assert f"queued: {place}" in info_texts(at)  # the panel says where it stands, not just "queued"
+
+
+def test_live_controls_show_the_shown_runs_values(dirs, finished):
+    """A session that showed one queued run's live controls, then another's: the second run's own values."""
+    runs_dir, _ = dirs
+    runs = {}
+    for epochs, run_id in ((4, "20261203-100000-mnist-sample-aaaa"), (3, "20261203-100100-mnist-sample-bbbb")):
+        run = copy_run(finished, runs_dir, run_id)
+        config = json.loads(run.config_path.read_text())
+        config["train"]["epochs"] = epochs
+        run.config_path.write_text(json.dumps(config))
+        run.write_status(state="queued", step=0, epoch=0, live=None, test_acc=None)
+        lifecycle.joined_queue(run, os.getpid())  # this process stands in for its queued worker
+        runs[epochs] = run
+    at = build_app()
+    at.query_params["run"] = runs[4].id
+    at.run()
+    assert at.number_input(key="live_epochs").value == 4
+    at.sidebar.selectbox(key="run_picker").select(runs[3].id).run()
+    no_exception(at)
+    assert at.number_input(key="live_epochs").value == 3
+
+
+@pytest.mark.worker
 def test_start_while_a_run_trains_queues_a_seed_group_that_a_fresh_session_sees_and_cancel_works(dirs, finished):
     runs_dir, _ = dirs
     busy, slot = training_elsewhere(finished, runs_dir)
@@ -247,7 +291,9 @@ def test_start_while_a_run_trains_queues_a_seed_group_that_a_fresh_session_sees_
         no_exception(at)
         first, second = sorted((r for r in list_runs(runs_dir) if r.id != busy.id),
                                key=lambda r: r.config()["train"]["seed"])
-        assert any(f"Queued {first.id}, {second.id}" in m.value for m in at.success), [m.value for m in at.success]
+        assert any(f"Queued {first.id}, {second.id} (1st in line, behind run {busy.id} on cpu): they start one after "
+                   "another" in m.value for m in at.info), info_texts(at)
+        assert not at.success  # nothing started: not announced in green
         assert first.status()["queued_at"] < second.status()["queued_at"]  # in line in the order of the seeds
         assert query_run(at) == first.id
         rerun_until(at, lambda a: f"queued: 1st in line, behind run {busy.id} on cpu" in info_texts(a),

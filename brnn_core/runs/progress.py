@@ -7,6 +7,9 @@ import os
 import sys
 import time
 
+from brnn_core.runs import queue
+from brnn_core.runs.queue import Machine
+from brnn_core.runs.rundir import Run
 from brnn_core.schedule import planned_lr
 from brnn_core.states import ACTIVE_STATES, State
 
@@ -98,3 +101,17 @@ class ProgressPrinter:
             if now - self.last >= 5.0:
                 self.last = now
                 print(info["message"], flush=True)
+
+
+def queue_place(run: Run, machine: Machine | None = None) -> str | None:
+    """Where a queued `run` stands, as its worker says it once it is in line ('queued: 1st in line, behind run X
+    on cpu'), read from the runs folder (so also before its worker has said it); None when nothing is ahead of it
+    or holds its device: it starts now. (A device held by a process that is not a run shows only to the worker.)"""
+    view = queue.scan(run.path.parent, machine or queue.Machine.here())
+    me = next((entry for entry in view.waiting if entry.run_id == run.id), None)
+    if me is None:
+        return None
+    blocked = queue.sweep_running(run.path.parent)
+    if blocked or all(slot in view.holders for slot in queue.open_slots(me, view)):
+        return queue.place(me, view, blocked)
+    return None
