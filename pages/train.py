@@ -170,6 +170,7 @@ with left:
 # ------------------------------------------------------------------ buttons
 def on_start() -> None:
     """Start one run per seed; while something trains they wait in the queue (the page says where)."""
+    busy = active_run_id(runs_dir)
     try:
         seeds = form_seeds()
         new = registry().start_seeds(runs_dir, TrainConfig.from_dict(form_now(data_dir)), seeds, data_dir=data_dir)
@@ -178,7 +179,8 @@ def on_start() -> None:
         st.session_state["busy_with"] = getattr(exc, "run_id", None)  # a link to the run it duplicates
         return
     select_run(new[0].id)
-    where = queue_place(new[0])  # what the queue says now, not what the page read before the click
+    # where the queue puts it now (a sweep holding the machine counts too), else behind the run seen training
+    where = queue_place(new[0]) or (f"behind run {busy}" if busy else None)
     if where:
         flash("info", f"Queued {', '.join(r.id for r in new)} ({where.removeprefix('queued: ')}): "
               f"{'they start one after another' if len(new) > 1 else 'it starts'} when the device is free.")
