@@ -47,6 +47,7 @@ from brnn_core.runs.seeds import SeedsError, parse_seeds, seed_configs
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
+from brnn_core.text import plural
 from brnn_core.training import lr_find
 from brnn_core.training.engine import evaluate
 from brnn_core.training.teach import TeachError, teach_config
@@ -287,7 +288,7 @@ def resume_finished_problem(run, status: dict, live: dict) -> str | None:
         wanted = done  # the worker's own check words a bad value; here it only must not pass as more epochs
     if wanted > done:
         return None
-    return (f"run {run.id} has finished its {done} epoch{'s' if done != 1 else ''}, so resuming it would only test "
+    return (f"run {run.id} has finished its {plural(done, 'epoch')}, so resuming it would only test "
             f"it again; to train it longer, resume with more epochs (--resume {run.id} --set epochs={done + 1}), "
             f"or branch a new run from it (--from {run.id})")
 

@@ -27,6 +27,7 @@ from brnn_core.data.drawings import (
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.uploads import UPLOADS_FOLDER, UploadError, save_upload
 from brnn_core.model import network_name
+from brnn_core.text import plural
 from ui import drawings as my
 from ui.common import flash, folders, picker_id, run_index, short_id, show_flashes
 from ui.explaining import Explanations
@@ -131,7 +132,7 @@ except CheckpointError as exc:
     st.stop()
 cfg = predictor.checkpoint.model_config
 bare = " (bare state_dict, shapes inferred)" if predictor.checkpoint.bare else ""
-side.caption(f"{network_name(cfg)}, hidden {cfg.hidden_size}, {cfg.num_layers} layers, head {cfg.head}, "
+side.caption(f"{network_name(cfg)}, hidden {cfg.hidden_size}, {plural(cfg.num_layers, 'layer')}, head {cfg.head}, "
              f"{cfg.num_classes} classes{bare}")
 
 
@@ -227,7 +228,7 @@ for warning in listing.warnings:
 mine = [(d, img) for d, img in zip(listing.drawings, listing.images, strict=True)
         if list(d.classes) == predictor.classes]
 held = sum(d.held_out for d, _ in mine)
-st.caption(f"{len(mine)} saved drawing{'' if len(mine) == 1 else 's'} for these classes ({held} held out for "
+st.caption(f"{plural(len(mine), 'saved drawing')} for these classes ({held} held out for "
            f"validation) in {drawings_dir(data_dir)}; of each class the {held_out_ordinals()}, ... are held out. "
            f"With {MIN_FOR_ACCURACY} or more, the checkpoint picker scores each checkpoint on them; on the Train "
            "page, *My drawings share* mixes them into training."

@@ -29,7 +29,7 @@ from brnn_core.devices import amp_auto_label, device_choices
 from brnn_core.model import CELL_TITLES, INPUT_SCALES, ModelConfig, network_name
 from brnn_core.runs.commands import live_settings, outcomes, send_live_changes
 from brnn_core.runs.progress import lr_plan, progress_text, queue_place
-from brnn_core.runs.protocol import STOP
+from brnn_core.runs.protocol import STOP, event_text
 from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.runs.seeds import SeedsError
@@ -50,7 +50,7 @@ from ui.common import (
     state_label,
 )
 from ui.lr_finder import lr_finder_panel
-from ui.state import SEEDS_KEY, form_key, form_now, form_seeds, seeds_text, train_form
+from ui.state import SEEDS_KEY, filled_from, form_key, form_now, form_seeds, seeds_text, train_form
 from ui.warmup import predraw_progress
 
 runs_dir, data_dir = folders()
@@ -104,6 +104,9 @@ def seeds_field() -> None:
 left, right = st.columns([1, 2], gap="large")
 with left:
     st.subheader("Hyperparameters")
+    source = filled_from()
+    if source:
+        st.info(f"Filled in from {source}: check them, then **Start training**.", icon=":material/input:")
     if active:
         st.info(f"Run **{run.id}** is {state}: change its learning rate, clipping, epochs and augmentation live "
                 "on the right. This form is for the next run: **Start training** queues it behind what trains.")
@@ -179,6 +182,7 @@ def on_start() -> None:
         st.session_state["busy_with"] = getattr(exc, "run_id", None)  # a link to the run it duplicates
         return
     select_run(new[0].id)
+    filled_from(forget=True)  # trained: the form is now simply the last one used
     # where the queue puts it now (a sweep holding the machine counts too), else behind the run seen training
     where = queue_place(new[0]) or (f"behind run {busy}" if busy else None)
     if where:
@@ -385,7 +389,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
         for e in reversed(events[-50:]):
             if e.get("kind") != "traceback":
                 step = f"step {e['step']} · " if e.get("step") is not None else ""
-                st.text(f"{e['time'][11:19]} · {step}{e['kind']}: {e['message']}")
+                st.text(f"{e['time'][11:19]} · {step}{event_text(e)}")
 
 
 with right:

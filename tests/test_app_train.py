@@ -391,3 +391,17 @@ def test_fine_tune_fields_validate_inline(dirs, finished, tmp_path):
     assert not at.error and buttons(at)["Start training"] is True
     assert at.session_state["form"]["init_from"] == str(finished.best_ckpt)
     assert at.session_state["form"]["my_drawings"] == pytest.approx(0.2)
+
+
+def test_the_event_log_says_each_event_once(dirs, finished):
+    """An event whose message starts with its kind ("finished: test accuracy ...") is not prefixed twice."""
+    runs_dir, _ = dirs
+    copy_run(finished, runs_dir)
+    at = build_app()
+    at.session_state["event_log"] = True  # the Event log expander, open
+    at.run()
+    no_exception(at)
+    lines = [t.value for t in at.text]
+    assert any("finished: test accuracy" in line for line in lines), lines
+    assert any(" · epoch 1: train loss" in line for line in lines), lines
+    assert not any("finished: finished" in line or "epoch: epoch" in line for line in lines), lines

@@ -246,7 +246,7 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
         expect(page.get_by_label(label, exact=True)).to_have_value(value)
     enter(page.get_by_role("textbox", name="lr", exact=True), "grid:0.01,0.003")
     enter(page.get_by_label("Trials", exact=True), "1")
-    expect(page.get_by_text("2 trial(s) of lr grid:0.01,0.003").first).to_be_visible()
+    expect(page.get_by_text("2 trials of lr grid:0.01,0.003").first).to_be_visible()
     page.get_by_role("button", name="Start sweep").click()
     expect(page.get_by_text(re.compile(r"2 of 2 trials started · 2 finished"))).to_be_visible(timeout=LONG)
     page.wait_for_function(f"() => ({PLOT_LINES_JS})('parcoords') === 2", timeout=T)

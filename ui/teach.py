@@ -18,6 +18,7 @@ from brnn_core.data.drawings import held_out_ordinals
 from brnn_core.runs.progress import progress_text
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.text import plural
 from brnn_core.training.reports import read_report
 from brnn_core.training.teach import MIN_TO_TEACH, TeachError, teach_config
 from ui.common import registry
@@ -116,7 +117,7 @@ def teach_panel(checkpoint: str, drawings: int, held_out: int, runs_dir: Path, d
                    f"peak lr {TEACH_DEFAULTS['lr']:g}); the new checkpoint is picked when it ends. Same as "
                    f"`python -m brnn_core teach CHECKPOINT`.")
     if not ready:
-        st.caption(f"Save {MIN_TO_TEACH - drawings} more drawing(s) of these classes to teach it "
+        st.caption(f"Save {plural(MIN_TO_TEACH - drawings, 'more drawing')} of these classes to teach it "
                    f"({drawings} of {MIN_TO_TEACH}).")
     st.caption(_evidence(drawings, held_out))
 

@@ -38,6 +38,12 @@ def time_left(status: dict, batch_size: int | None = None) -> float | None:
     return eta_seconds(done, total, status.get("elapsed_s") or 0.0)
 
 
+def epoch_shown(completed: int, epochs: int | None) -> int:
+    """The epoch a run is in, counted as the progress line counts it: from 1, and the last one once all `epochs`
+    are done; `completed`: the epochs finished (a checkpoint's and status.json's `epoch`)."""
+    return min(completed + 1, epochs) if isinstance(epochs, int) and epochs > 0 else completed + 1
+
+
 def progress_text(status: dict, batch_size: int | None = None) -> str:
     """'epoch 2/5 · step 90/225 · 1,234 samples/s · ETA 0:00:41' from a status.json ('' before it knows). A
     paused run says so instead of a time left, and an ended one has none."""
@@ -46,7 +52,7 @@ def progress_text(status: dict, batch_size: int | None = None) -> str:
         return ""
     live = status.get("live") or {}
     epochs = live.get("epochs", "?")
-    epoch = min((status.get("epoch") or 0) + 1, epochs if isinstance(epochs, int) else 1)
+    epoch = epoch_shown(status.get("epoch") or 0, epochs) if isinstance(epochs, int) else 1
     sps = status.get("samples_per_s")
     state = status.get("state")
     text = f"epoch {epoch}/{epochs} · step {done}/{total}"
