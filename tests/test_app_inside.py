@@ -83,7 +83,8 @@ def test_inside_the_lstm(finished, sample, tmp_path):
     rerun_until(at, lambda a: charts(a) == 2, "the heatmap and the rows that mattered")
     titles = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("layer" in t and ", forward" in t for t in titles) and any("Rows that mattered" in t for t in titles)
-    assert any("At row t the forward direction of the two-way LSTM (BiLSTM) has read rows 0..t" in c.value for c in at.caption)
+    read = "At row t the forward direction of the two-way LSTM (BiLSTM) has read rows 0..t"
+    assert any(read in c.value for c in at.caption)
     # one plain sentence for each panel: what it shows, what to look for, and the unit of the rows' bars
     assert any("What the layer passes on after each row" in c.value for c in at.caption)
     assert any("log-odds for" in c.value and "2.3 means the odds fell tenfold" in c.value for c in at.caption)

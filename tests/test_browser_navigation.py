@@ -63,7 +63,7 @@ def test_train_has_its_own_address_too(tmp_path):
             for path in ("/train", "/train?run=20261203-101010-mnist-sample-abcd"):  # the first request, a later one
                 page = browser.new_page()
                 page.goto(server.url + path)
-                expect(page.get_by_role("heading", name="Train a bidirectional LSTM")).to_be_visible(timeout=T)
+                expect(page.get_by_role("heading", name="Train a recurrent network")).to_be_visible(timeout=T)
                 expect(page).to_have_url(server.url + "/" + path.removeprefix("/train"), timeout=T)
                 expect(page.get_by_text("Page not found")).to_have_count(0)
                 page.close()
@@ -89,7 +89,7 @@ def test_nothing_a_page_loads_comes_from_outside_the_machine(tmp_path, finished)
             page = browser.new_page()
             page.on("request", lambda request: seen.append(request.url))
             page.on("websocket", lambda ws: seen.append(ws.url))
-            for path, heading in (("/", "Train a bidirectional LSTM"), ("/predict", "Draw a digit"),
+            for path, heading in (("/", "Train a recurrent network"), ("/predict", "Draw a digit"),
                                   ("/runs", "Runs"), ("/sweep", "Sweep")):
                 page.goto(server.url + path)
                 expect(page.get_by_role("heading", name=heading).first).to_be_visible(timeout=T)

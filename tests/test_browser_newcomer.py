@@ -269,7 +269,7 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
     picker = page.get_by_role("combobox", name="Run checkpoint")
     time = best.id.split("-")[1]
     expect(picker).to_have_value(re.compile(rf"^{time[:2]}:{time[2:4]}:{time[4:]} .* · best"))
-    expect(page.get_by_text("two-way LSTM (BiLSTM), hidden 8, 1 layers").first).to_be_visible()  # the one predicting
+    expect(page.get_by_text("two-way LSTM (BiLSTM), hidden 8, 1 layer,").first).to_be_visible()  # the one predicting
 
 
 @pytest.mark.parametrize("path", ["/sweep", "/predict", "/runs", "/"])

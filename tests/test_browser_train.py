@@ -51,7 +51,7 @@ def enter(page, label: str, value: str) -> None:
 def test_find_a_learning_rate_is_usable_again_when_its_test_ends(server, tmp_path):
     with browser_page(tmp_path / "last.png", T) as page:
         page.goto(server.url)
-        expect(page.get_by_role("heading", name="Train a bidirectional LSTM")).to_be_visible()
+        expect(page.get_by_role("heading", name="Train a recurrent network")).to_be_visible()
         enter(page, "Hidden size", "16")
         enter(page, "LSTM layers", "1")
         button = page.get_by_role("button", name="Find a learning rate")
