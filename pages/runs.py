@@ -24,7 +24,7 @@ from brnn_core.runs.notes import MAX_NOTE, read_notes, write_notes
 from brnn_core.runs.rundir import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
 from brnn_core.text import plural
-from brnn_core.training.drawing_mix import summary_line
+from brnn_core.training.drawing_mix import mix_line, summary_line
 from brnn_core.training.reports import THUMBNAILS_KEPT, compute_report, read_report, read_thumbnails
 from ui import drawings as my
 from ui import groups, interop
@@ -208,8 +208,8 @@ with tab_report:
                   help=f"{report.get('size', '?')} test images, {report.get('checkpoint', 'best.pt')}, evaluated in "
                        f"{PRECISION_NAMES.get(report.get('amp', 'off'), report.get('amp'))}")
         if report.get("my_drawings"):
-            st.markdown(f"**Your drawings** ({report['my_drawings']['train']} mixed into training, "
-                        f"×{report['my_drawings']['repeats']}): {summary_line(report['my_drawings'])}")
+            mine = report["my_drawings"]
+            st.markdown(f"**Your drawings**: {mix_line(mine)}; {summary_line(mine)}")
         r1, r2 = st.columns(2)
         report_key = (run.id, report.get("checkpoint"), report.get("loss"), report.get("size"))
         r1.plotly_chart(memo("confusion", report_key, lambda: charts.confusion_figure(report["confusion_matrix"],
