@@ -42,23 +42,20 @@ def navigation():
     st.set_page_config(page_title="BRNN Dashboard", page_icon=str(ICON), layout="wide")
     pages = [st.Page(p.script, title=p.title, icon=p.icon, default=p.default, url_path="" if p.default else None)
              for p in PAGES]
-    default = next(page for page, spec in zip(pages, PAGES, strict=True) if spec.default)
-    nav = st.navigation([*pages, _alias(default)])
+    nav = st.navigation([*pages, _alias(next(p for p in PAGES if p.default))])
     keep_origin_check_local()  # also under a plain `streamlit run`; `python -m ui.serve` does it before the server
     first_paint()
     start_predraw()
     return nav
 
 
-def _alias(default) -> st.Page:
-    """The default page (Train, at /) under its own name too: /train goes to / (with the query, e.g. ?run=ID).
-    Hidden from the menu. The default page is given url_path "" above, so this one may take its script's name."""
-    name = Path(next(p.script for p in PAGES if p.default)).stem
-
-    def go_to_default() -> None:
-        st.switch_page(default, query_params=st.query_params.to_dict())
-
-    return st.Page(go_to_default, title=default.title, url_path=name, visibility="hidden")
+def _alias(spec: PageSpec) -> st.Page:
+    """The default page (Train, at /) under its own name too, hidden from the menu: /train shows it, with its
+    query (?run=ID). The default page takes url_path "" above, so this one may take the script's name. (The same
+    script, not a redirect: a switch from here would start the page afresh on every rerun of a session whose
+    address is /train.)"""
+    return st.Page(spec.script, title=spec.title, icon=spec.icon, url_path=Path(spec.script).stem,
+                   visibility="hidden")
 
 
 def ensure_navigation() -> None:
