@@ -329,6 +329,15 @@ def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, plan: 
         charts.lr_figure(metrics, revision=rev, plan=plan)])
 
 
+def panel_message(live_run: Run, s: dict) -> str:
+    """The line under the run's heading: its status message; for a queued run, where it stands in line, also
+    before its worker has said so."""
+    message = s.get("message") or ""
+    if s.get("state") == State.QUEUED and not message.startswith("queued:"):
+        return queue_place(live_run) or message
+    return message
+
+
 def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool) -> None:
     """Re-reads the run directory on a timer; a state change reruns the whole page (buttons)."""
     live_run = Run(run_path)
@@ -338,9 +347,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     train = live_run.config().get("train") or {}
     network = f" · {network_name(ModelConfig(**architecture(train)))}" if train else ""  # the run's, not the form's
     st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`{network}")
-    message = s.get("message") or ""
-    if s.get("state") == State.QUEUED and not message.startswith("queued:"):
-        message = queue_place(live_run) or message  # where it stands, also before its worker has said so
+    message = panel_message(live_run, s)
     slot = st.empty()  # always one element here: a changing element count leaves stale copies on screen
     if message and not (s.get("state") == State.RUNNING and message.startswith("epoch ")):  # the progress line has it
         kind = {State.FAILED: slot.error, State.DIVERGED: slot.error, State.INTERRUPTED: slot.warning,
