@@ -53,7 +53,7 @@ def test_find_a_learning_rate_is_usable_again_when_its_test_ends(server, tmp_pat
         page.goto(server.url)
         expect(page.get_by_role("heading", name="Train a recurrent network")).to_be_visible()
         enter(page, "Hidden size", "16")
-        enter(page, "LSTM layers", "1")
+        enter(page, "Recurrent layers", "1")
         button = page.get_by_role("button", name="Find a learning rate")
         button.click()
         expect(page.get_by_text(re.compile("^Learning-rate range test:")).first).to_be_visible()
