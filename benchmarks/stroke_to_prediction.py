@@ -1,14 +1,18 @@
 """Stroke to final prediction: a 4 drawn in two quick strokes on the Predict page, in Chromium; seconds from the
 last stroke's mouse-up until the page shows the final drawing's input and answer (and keeps them), and until its
-explanations (the row-by-row reading, the attribution) are there too.
+explanation charts (the row-by-row reading, the attribution; with --inside also the look inside) are the final
+drawing's too.
 
-    .venv/bin/python -m benchmarks.stroke_to_prediction [--repeats 7] [--runs-dir RUNS] [--smoke] [--json FILE]
+    .venv/bin/python -m benchmarks.stroke_to_prediction [--repeats 7] [--runs-dir RUNS] [--inside] [--smoke]
+                                                        [--json FILE]
 
-Without --runs-dir it first trains the default model (hidden 128, 2 layers) for one epoch on mnist-sample from the
-CLI, in a temporary folder: a trained model is what makes integrated gradients slow (it refines its path). Each
-repeat clears the canvas and draws the two strokes back to back; the first repeat (PyTorch's and captum's first
-calls) is reported apart from the median. The machine's load average is printed before and after: other work on
-the machine slows every number here.
+Without --runs-dir it first trains the default model for one epoch on mnist-sample from the CLI, in a temporary
+folder: a trained model is what makes integrated gradients slow (it refines its path). The default dataset's
+pen-stroke copies are made before the server starts (`python -m brnn_core.data.predraw`), as on any server after
+its first minute: a fresh server draws them in the background, which slows everything else (benchmarks.first_contact
+measures that). Each repeat clears the canvas and draws the two strokes back to back, a slightly different 4 each
+time; the first repeat (PyTorch's and captum's first calls) is reported apart from the median. The machine's load
+average is printed before and after: other work on the machine slows every number here.
 """
 
 from __future__ import annotations
@@ -27,23 +31,20 @@ from benchmarks.browser import REPO, VIEWPORT, launch_chromium, start_server, st
 CANVAS = "[data-testid=stBidiComponentIsolated] canvas.upper-canvas"
 DRAWN = "[data-testid=stBidiComponentIsolated] canvas.dc-canvas.lower-canvas"  # Fabric's canvas with the strokes
 FOUR = ([(90, 60), (90, 150), (200, 150)], [(180, 50), (180, 250)])  # the two strokes of a 4, drawn back to back
-
-
-def four(k: int = 0) -> tuple[list, list]:
-    """FOUR with a shorter second stroke for each k: another drawing each time, whose explanations no earlier
-    repeat has worked out."""
-    first, second = FOUR
-    return first, [second[0], (second[1][0], second[1][1] - 6 * k)]
 WORKING = "Working out"  # what the page shows while an explanation is worked out (ui/explaining.py)
 
-# From now on, every state of the page (time, the 28×28 image shown, the answer, whether an explanation is still
-# being worked out) and the time of each mouse-up.
+# From now on, every state of the page and the time of each mouse-up. A state: its time, the 28×28 image shown, the
+# answer, whether an explanation is still being worked out, and a fingerprint of the charts drawn (each heatmap's
+# title and the sum of its values).
 RECORD_JS = f"""() => {{
     window.__states = []; window.__ups = [];
+    const charts = () => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p._fullData && p._fullData[0]
+        && p._fullData[0].z).map(p => String(p._fullLayout.title.text) + ':'
+        + p._fullData[0].z.flat().reduce((a, b) => a + b, 0).toFixed(4)).join('|');
     const snap = () => {{
         const img = document.querySelector('[data-testid=stImage] img');
         const verdict = document.querySelector('[data-testid=stMetricValue]');
-        window.__states.push({{t: performance.now(), src: img ? img.src : null,
+        window.__states.push({{t: performance.now(), src: img ? img.src : null, charts: charts(),
                                verdict: verdict ? verdict.innerText : null,
                                working: document.body.innerText.includes({WORKING!r})}});
     }};
@@ -51,9 +52,22 @@ RECORD_JS = f"""() => {{
                                                          attributes: true}});
     window.addEventListener('mouseup', () => window.__ups.push(performance.now()), true);
 }}"""
-SETTLED_JS = f"""() => !document.body.innerText.includes({WORKING!r})
-    && !!document.querySelector('[data-testid=stMetricValue]')
-    && [...document.querySelectorAll('.js-plotly-plot')].length >= 3"""
+
+
+def settled_js(plots: int) -> str:
+    """True once nothing is being worked out and the answer and `plots` charts are on the page."""
+    return (f"() => !document.body.innerText.includes({WORKING!r}) && !!document.querySelector("
+            f"'[data-testid=stMetricValue]') && document.querySelectorAll('.js-plotly-plot').length >= {plots}")
+
+
+SETTLED_JS = settled_js(3)  # the probabilities, the row-by-row reading and the attribution
+
+
+def four(k: int = 0) -> tuple[list, list]:
+    """FOUR with a shorter second stroke for each k: another drawing each time, whose explanations no earlier
+    repeat has worked out."""
+    first, second = FOUR
+    return first, [second[0], (second[1][0], second[1][1] - 6 * k)]
 
 
 def draw(page, strokes) -> None:
@@ -75,17 +89,29 @@ def recorded(page) -> tuple[list[dict], list[float]]:
     return page.evaluate("() => [window.__states, window.__ups]")
 
 
-def timings(states: list[dict], last_up: float, src: str, verdict: str) -> dict[str, float | None]:
-    """Seconds after `last_up` until the final input and answer are shown for good, and until nothing is being
-    worked out any more."""
-    def final(s: dict) -> bool:
-        return bool(s["src"]) and s["src"].endswith(src.rsplit("/", 1)[-1]) and s["verdict"] == verdict
+def timings(states: list[dict], last_up: float, final: dict) -> dict[str, float | None]:
+    """Seconds after `last_up` until the final input and answer are shown for good (`final`: the settled page's
+    state), and until the charts are the final drawing's too, with nothing being worked out."""
+    def answered(s: dict) -> bool:
+        return bool(s["src"]) and s["src"] == final["src"] and s["verdict"] == final["verdict"]
+
+    def explained(s: dict) -> bool:
+        return answered(s) and not s["working"] and s["charts"] == final["charts"]
 
     after = [s for s in states if s["t"] >= last_up]
-    shown = next((k for k in range(len(after)) if all(final(s) for s in after[k:])), None)
-    settled = next((k for k in range(len(after)) if all(final(s) and not s["working"] for s in after[k:])), None)
-    return {"answer_s": None if shown is None else round((after[shown]["t"] - last_up) / 1000, 3),
-            "explained_s": None if settled is None else round((after[settled]["t"] - last_up) / 1000, 3)}
+    out = {}
+    for name, done in (("answer_s", answered), ("explained_s", explained)):
+        k = next((k for k in range(len(after)) if all(done(s) for s in after[k:])), None)
+        out[name] = None if k is None else round((after[k]["t"] - last_up) / 1000, 3)
+    return out
+
+
+def predraw(data_dir: Path) -> None:
+    """The default dataset's pen-stroke copies, made now rather than by the server while it is measured."""
+    from brnn_core.data.datasets import default_dataset
+
+    subprocess.run([sys.executable, "-m", "brnn_core.data.predraw", default_dataset(data_dir), "--data-dir",
+                    str(data_dir)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
 
 
 def train_default(root: Path, smoke: bool) -> Path:
@@ -97,7 +123,16 @@ def train_default(root: Path, smoke: bool) -> Path:
     return runs
 
 
-def once(page, k: int, shot: Path) -> dict[str, float | None]:
+def open_inside(page) -> int:
+    """Open the Inside expander (it is computed only while open); returns how many charts a settled page then
+    has: the three above it, its heatmap and its rows that mattered."""
+    draw(page, four())
+    page.get_by_text("Inside the").first.click()
+    page.get_by_text("Rows that mattered").first.wait_for()
+    return 5
+
+
+def once(page, k: int, shot: Path, plots: int) -> dict[str, float | None]:
     page.get_by_role("button", name="Clear").click()
     page.get_by_text("Draw a digit on the canvas to see what the model predicts.").wait_for()
     page.locator(CANVAS).wait_for()
@@ -106,15 +141,15 @@ def once(page, k: int, shot: Path) -> dict[str, float | None]:
     record(page)
     draw(page, four(k))
     try:
-        page.wait_for_function(SETTLED_JS)
+        page.wait_for_function(settled_js(plots))
     except Exception:
         page.screenshot(path=str(shot), full_page=True)
         print(f"not settled: the page is in {shot}", flush=True)
         raise
     page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(500)  # a last redraw, recorded
     states, ups = recorded(page)
-    src = page.locator("[data-testid=stImage] img").first.get_attribute("src")
-    return timings(states, ups[-1], src, page.locator("[data-testid=stMetricValue]").inner_text())
+    return timings(states, ups[-1], states[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--runs-dir", type=Path, default=None, help="a runs folder with a trained run (default: "
                         "train the default model for one epoch first)")
+    parser.add_argument("--inside", action="store_true", help="with the Inside expander open: its states and the "
+                        "rows that mattered are worked out for each drawing too")
     parser.add_argument("--smoke", action="store_true", help="a hidden-32 model and 2 repeats: checks that it runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
@@ -131,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="stroke-bench-"))
     repeats = 2 if args.smoke else args.repeats
     runs = args.runs_dir or train_default(root, args.smoke)
+    predraw(root / "data")
     load_before = os.getloadavg()
     server = start_server(runs, root / "data", root / "server.log")
     rows = []
@@ -141,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             page.set_default_timeout(120_000)
             page.goto(f"{server.url}/predict")
             page.locator(CANVAS).wait_for()
+            plots = open_inside(page) if args.inside else 3
             for k in range(repeats + 1):
-                rows.append(once(page, k, root / "not-settled.png"))
+                rows.append(once(page, k, root / "not-settled.png", plots))
                 print(f"{'warm-up' if k == 0 else f'repeat {k}'}: {rows[-1]}", flush=True)
             browser.close()
     finally:
