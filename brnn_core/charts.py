@@ -312,14 +312,15 @@ def internals_figure(values: np.ndarray, quantity: str, where: str) -> go.Figure
 
 
 def row_importance_figure(drop: np.ndarray, class_name: str) -> go.Figure:
-    """Horizontal bars beside the image's rows: how much class `class_name`'s probability drops with each row
-    blanked (negative: the row argued against it)."""
-    drop = 100 * np.asarray(drop, dtype=float)
+    """Horizontal bars beside the image's rows: how much the log-odds of `class_name` drops with each row blanked
+    (inference.explain.row_importance; negative: the row argued against it)."""
+    drop = np.asarray(drop, dtype=float)
     fig = go.Figure(go.Bar(x=drop, y=list(range(len(drop))), orientation="h",
                            marker_color=["#b2182b" if d > 0 else "#2166ac" for d in drop],
-                           hovertemplate="row %{y}: %{x:.2f} points<extra></extra>"))
+                           hovertemplate="row %{y} blanked: log-odds %{x:.2f} lower, the odds × %{customdata:.2g}"
+                                         "<extra></extra>", customdata=np.exp(-drop)))
     fig.update_yaxes(title="row", autorange="reversed", dtick=4)
-    fig.update_xaxes(title=f"drop in P({class_name}), points")
+    fig.update_xaxes(title=f"drop in log-odds of {class_name} (2.3 = odds ÷ 10)")
     fig.update_layout(title="Rows that mattered", height=380, margin=dict(l=10, r=10, t=50, b=40),
                       uirevision="row_importance")
     return fig

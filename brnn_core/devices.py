@@ -13,6 +13,8 @@ import os
 
 import torch
 
+from brnn_core.text import plural
+
 # torch then answers is_available() and device_count() from NVML, without creating a CUDA context (a server
 # that only lists GPUs must leave their memory to the workers, and stay safe to fork).
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
@@ -40,7 +42,7 @@ def device_problem(spec: str, *, check_available: bool = True) -> str | None:
                 return "CUDA is not available on this machine (no NVIDIA GPU or driver); use auto or cpu"
             count = torch.cuda.device_count()
             if index and int(index) >= count:
-                return f"{spec!r}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
+                return f"{spec!r}: this machine has {plural(count, 'GPU')}, cuda:0 to cuda:{count - 1}"
         return None
     return f"{spec!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
 

@@ -27,10 +27,12 @@ from brnn_core.data.drawings import (
 from brnn_core.inference.predictor import Predictor
 from brnn_core.inference.uploads import UPLOADS_FOLDER, UploadError, save_upload
 from brnn_core.model import network_name
+from brnn_core.text import plural
 from ui import drawings as my
 from ui.common import flash, folders, picker_id, run_index, short_id, show_flashes
+from ui.explaining import Explanations
 from ui.inside import inside_panel
-from ui.prediction import reading_caption, show_directions, show_verdict
+from ui.prediction import reading_section, show_directions, show_verdict
 from ui.state import pick_checkpoint, picked_checkpoint
 from ui.teach import teach_panel
 
@@ -130,7 +132,7 @@ except CheckpointError as exc:
     st.stop()
 cfg = predictor.checkpoint.model_config
 bare = " (bare state_dict, shapes inferred)" if predictor.checkpoint.bare else ""
-side.caption(f"{network_name(cfg)}, hidden {cfg.hidden_size}, {cfg.num_layers} layers, head {cfg.head}, "
+side.caption(f"{network_name(cfg)}, hidden {cfg.hidden_size}, {plural(cfg.num_layers, 'layer')}, head {cfg.head}, "
              f"{cfg.num_classes} classes{bare}")
 
 
@@ -164,9 +166,11 @@ def on_delete(drawing_id: str) -> None:
 
 
 @st.fragment
-def draw_and_predict(predictor: Predictor) -> None:
+def draw_and_predict(predictor: Predictor, checkpoint: str) -> None:
     """The canvas, its prediction, the look inside and the save buttons. A stroke reruns only this fragment:
-    the checkpoint listing above (every run's files) and the saved drawings below are not read again."""
+    the checkpoint listing above (every run's files) and the saved drawings below are not read again. The run
+    computes the model input and the prediction only; the explanations are worked out in the background
+    (ui/explaining.py), so the next stroke's run never waits behind them."""
     left, right = st.columns([1, 1], gap="large")
     with left:
         stroke = st.slider("Stroke width", 5, 40, 20, help="About 20 px on this 280 px canvas matches MNIST's pen.")
@@ -179,9 +183,9 @@ def draw_and_predict(predictor: Predictor) -> None:
         st.caption("Draw one digit, large and centred, white on black. Each stroke updates the prediction.")
 
     with right:
-        image = np.asarray(result.image_data) if result is not None and result.image_data is not None else None
+        image = result.image_data if result is not None else None  # decoded from the browser's PNG on each access
         try:
-            x = predictor.model_input(image) if image is not None else None
+            x = predictor.model_input(np.asarray(image)) if image is not None else None
         except ValueError as exc:  # a canvas of an impossible size (a tampered session): say so, draw nothing
             st.error(f"This drawing cannot be classified: {exc}")
             x = None
@@ -189,24 +193,19 @@ def draw_and_predict(predictor: Predictor) -> None:
             st.info("Draw a digit on the canvas to see what the model predicts.")
         else:
             assessment = predictor.assess(x.numpy())
-            probs, top = assessment.probs, assessment.top
+            top = assessment.top
             seen_col, verdict_col = st.columns([1, 1])
             seen_col.image(np.kron(x.numpy(), np.ones((6, 6))), caption="What the model sees (28×28)", clamp=True)
             show_verdict(verdict_col, predictor, assessment, predictor.classes)
-            st.plotly_chart(charts.probabilities_figure(probs, predictor.classes), key="probs", on_select="ignore")
+            st.plotly_chart(charts.probabilities_figure(assessment.probs, predictor.classes), key="probs",
+                            on_select="ignore")
 
     if x is not None:
-        network = network_name(predictor.checkpoint.model_config)
-        st.subheader(f"How the {network} reads your digit")
-        e1, e2 = st.columns([3, 2])
-        e1.plotly_chart(charts.reading_figure(x.numpy(), predictor.read_rows(x.numpy()), predictor.classes,
-                                              network=network), key="reading", on_select="ignore")
-        e2.plotly_chart(charts.attribution_figure(x.numpy(), predictor.attribution(x.numpy(), top),
-                                                  predictor.classes[top]), key="attribution", on_select="ignore")
-        st.caption(reading_caption(predictor.device.type == "cuda",
-                                   bidirectional=predictor.checkpoint.model_config.bidirectional))
-        show_directions(predictor, x.numpy(), top)
-        inside_panel(predictor, x.numpy(), top, path, data_dir)
+        explain = Explanations(checkpoint, x.numpy())
+        reading_section(predictor, x.numpy(), top, explain)
+        show_directions(predictor, x.numpy(), top, explain)
+        inside_panel(predictor, x.numpy(), top, checkpoint, data_dir, explain)
+        explain.wait()
 
     st.subheader("Teach it your handwriting")
     if x is not None:
@@ -214,14 +213,14 @@ def draw_and_predict(predictor: Predictor) -> None:
         buttons = st.columns(min(len(predictor.classes), 10))
         for i, name in enumerate(predictor.classes):
             buttons[i % len(buttons)].button(name, key=f"save_{i}", on_click=on_save,
-                                             args=(image, i, predictor.classes),
+                                             args=(np.asarray(image), i, predictor.classes),
                                              help=f"Save this drawing labelled {name}", width="stretch")
     show_save_note(st.session_state["canvas_n"], x is not None)
     if st.session_state.pop("drawings_changed", False):
         st.rerun()  # a drawing was saved: the whole page, so the listing and the message show it
 
 
-draw_and_predict(predictor)
+draw_and_predict(predictor, path)
 
 MAX_SHOWN = 64
 listing = my.drawings(data_dir, signature)
@@ -230,7 +229,7 @@ for warning in listing.warnings:
 mine = [(d, img) for d, img in zip(listing.drawings, listing.images, strict=True)
         if list(d.classes) == predictor.classes]
 held = sum(d.held_out for d, _ in mine)
-st.caption(f"{len(mine)} saved drawing{'' if len(mine) == 1 else 's'} for these classes ({held} held out for "
+st.caption(f"{plural(len(mine), 'saved drawing')} for these classes ({held} held out for "
            f"validation) in {drawings_dir(data_dir)}; of each class the {held_out_ordinals()}, ... are held out. "
            f"With {MIN_FOR_ACCURACY} or more, the checkpoint picker scores each checkpoint on them; on the Train "
            "page, *My drawings share* mixes them into training."

@@ -23,7 +23,8 @@ from brnn_core.runs.filter import FilterError, filter_table
 from brnn_core.runs.notes import MAX_NOTE, read_notes, write_notes
 from brnn_core.runs.rundir import Run, RunError, delete_run
 from brnn_core.states import ACTIVE_STATES
-from brnn_core.training.drawing_mix import summary_line
+from brnn_core.text import plural
+from brnn_core.training.drawing_mix import mix_line, summary_line
 from brnn_core.training.reports import THUMBNAILS_KEPT, compute_report, read_report, read_thumbnails
 from ui import drawings as my
 from ui import groups, interop
@@ -91,7 +92,7 @@ picked = st.dataframe(view.table, hide_index=True, on_select="rerun", selection_
                       column_config={**run_columns, **groups.column_config(folded)})
 group_slot = st.container()  # a selected group's runs: always there, so nothing after it moves
 export_cols = st.columns([1, 1, 3])
-if export_cols[0].button(f"Export these {len(table):,} runs", icon=":material/download:",
+if export_cols[0].button(f"Export {plural(len(table), 'run')}", icon=":material/download:",
                          help="Every metrics row of the runs shown (the filter's), with run id, seed group, tags and "
                               "training settings as columns; the same as `python -m brnn_core runs export`."):
     st.session_state["runs_export"] = long_table(runs_dir, table).to_csv(index=False).encode()
@@ -226,8 +227,8 @@ with tab_report:
                   help=f"{report.get('size', '?')} test images, {report.get('checkpoint', 'best.pt')}, evaluated in "
                        f"{PRECISION_NAMES.get(report.get('amp', 'off'), report.get('amp'))}")
         if report.get("my_drawings"):
-            st.markdown(f"**Your drawings** ({report['my_drawings']['train']} mixed into training, "
-                        f"×{report['my_drawings']['repeats']}): {summary_line(report['my_drawings'])}")
+            mine = report["my_drawings"]
+            st.markdown(f"**Your drawings**: {mix_line(mine)}; {summary_line(mine)}")
         r1, r2 = st.columns(2)
         report_key = (run.id, report.get("checkpoint"), report.get("loss"), report.get("size"))
         r1.plotly_chart(memo("confusion", report_key, lambda: charts.confusion_figure(report["confusion_matrix"],

@@ -281,7 +281,8 @@ def open_in_predict(path: str) -> None:
 def train_with(config_path: str) -> None:
     """Fill the Train page's form with the best trial's settings (best-config.json) and go there."""
     values = read_json(Path(config_path))
-    fill_train_form(values if isinstance(values, dict) else {}, data_dir)
+    fill_train_form(values if isinstance(values, dict) else {}, data_dir,
+                    source=f"sweep {Path(config_path).parent.name}'s best trial")
     st.session_state["_to_train"] = True
 
 

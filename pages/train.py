@@ -27,8 +27,8 @@ from brnn_core.config import (
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
 from brnn_core.devices import amp_auto_label, device_choices
 from brnn_core.model import CELL_TITLES, INPUT_SCALES, ModelConfig, network_name
-from brnn_core.runs.progress import Pace, lr_plan, progress_text
-from brnn_core.runs.protocol import STOP, live_settings, outcomes, send_live_changes
+from brnn_core.runs.progress import Pace, lr_plan, progress_text, queue_place
+from brnn_core.runs.protocol import STOP, event_text, live_settings, outcomes, send_live_changes
 from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.runs.seeds import SeedsError
@@ -50,7 +50,7 @@ from ui.common import (
 )
 from ui.gradient_flow import gradient_flow_section, layer_picker
 from ui.lr_finder import lr_finder_panel
-from ui.state import SEEDS_KEY, form_key, form_now, form_seeds, seeds_text, train_form
+from ui.state import SEEDS_KEY, filled_from, form_key, form_now, form_seeds, seeds_text, train_form
 from ui.warmup import predraw_progress
 
 runs_dir, data_dir = folders()
@@ -104,6 +104,9 @@ def seeds_field() -> None:
 left, right = st.columns([1, 2], gap="large")
 with left:
     st.subheader("Hyperparameters")
+    source = filled_from()
+    if source:
+        st.info(f"Filled in from {source}: check them, then **Start training**.", icon=":material/input:")
     if active:
         st.info(f"Run **{run.id}** is {state}: change its learning rate, clipping, epochs and augmentation live "
                 "on the right. This form is for the next run: **Start training** queues it behind what trains.")
@@ -180,8 +183,11 @@ def on_start() -> None:
         st.session_state["busy_with"] = getattr(exc, "run_id", None)  # a link to the run it duplicates
         return
     select_run(new[0].id)
-    if busy:
-        flash("success", f"Queued {', '.join(r.id for r in new)} ({busy}): "
+    filled_from(forget=True)  # trained: the form is now simply the last one used
+    # where the queue puts it now (a sweep holding the machine counts too), else behind the run seen training
+    where = queue_place(new[0]) or (f"behind run {busy}" if busy else None)
+    if where:
+        flash("info", f"Queued {', '.join(r.id for r in new)} ({where.removeprefix('queued: ')}): "
               f"{'they start one after another' if len(new) > 1 else 'it starts'} when the device is free.")
     else:
         flash("success", f"Started run {new[0].id}." + (f" Queued after it: {', '.join(r.id for r in new[1:])}."
@@ -228,6 +234,15 @@ def on_resume_checkpoint() -> None:
 # ------------------------------------------------------------------ live controls
 def live_wanted() -> dict:
     return {name: st.session_state.get(f"live_{name}") for name in LIVE_FIELDS}
+
+
+def live_controls_for(run_id: str) -> None:
+    """The live controls start from this run's values: what they held for another run is dropped (a widget's
+    session state wins over the `value` it is drawn with)."""
+    if st.session_state.get("live_for") != run_id:
+        for name in LIVE_FIELDS:
+            st.session_state.pop(f"live_{name}", None)
+        st.session_state["live_for"] = run_id
 
 
 def live_problems(live_run: Run, wanted: dict) -> dict[str, str]:
@@ -294,6 +309,7 @@ with right:
         st.stop()
     if active:
         live = live_settings(run, status)
+        live_controls_for(run.id)
         with st.container(border=True):
             st.markdown("**Live controls** (applied between steps, acknowledged in the event log)")
             cols = dict(zip(LIVE_FIELDS, st.columns([1.4, 1.1, 1.1, 1.2]), strict=True))
@@ -330,6 +346,15 @@ def cached_figures(live_run: Run, metrics, smoothing: float, log_y: bool, plan: 
         charts.lr_figure(plan, revision=rev)])
 
 
+def panel_message(live_run: Run, s: dict) -> str:
+    """The line under the run's heading: its status message; for a queued run, where it stands in line, also
+    before its worker has said so."""
+    message = s.get("message") or ""
+    if s.get("state") == State.QUEUED and not message.startswith("queued:"):
+        return queue_place(live_run) or message
+    return message
+
+
 def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool, flow_layer: int) -> None:
     """Re-reads the run directory on a timer; a state change reruns the whole page (buttons)."""
     live_run = Run(run_path)
@@ -339,7 +364,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     train = live_run.config().get("train") or {}
     network = f" · {network_name(ModelConfig(**architecture(train)))}" if train else ""  # the run's, not the form's
     st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`{network}")
-    message = s.get("message") or ""
+    message = panel_message(live_run, s)
     slot = st.empty()  # always one element here: a changing element count leaves stale copies on screen
     if message and not (s.get("state") == State.RUNNING and message.startswith("epoch ")):  # the progress line has it
         kind = {State.FAILED: slot.error, State.DIVERGED: slot.error, State.INTERRUPTED: slot.warning,
@@ -390,7 +415,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
         for e in reversed(events[-50:]):
             if e.get("kind") != "traceback":
                 step = f"step {e['step']} · " if e.get("step") is not None else ""
-                st.text(f"{e['time'][11:19]} · {step}{e['kind']}: {e['message']}")
+                st.text(f"{e['time'][11:19]} · {step}{event_text(e)}")
 
 
 with right:

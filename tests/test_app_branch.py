@@ -37,7 +37,8 @@ def test_branch_from_the_runs_page_starts_it_and_overlays_it_with_its_parent(dir
     at = page("pages/runs.py")
     assert any(e.label == "Branch from here" for e in at.expander)
     kind = at.radio(key=f"runs_branch_{parent.id}_kind")
-    assert kind.options == [f"last.pt (epoch 1, step {SPE})", f"best.pt (epoch 1, step {SPE})"]
+    assert kind.options == ["last.pt", "best.pt"] and kind.value == "last"
+    assert list(kind.proto.captions) == [f"epoch 1, step {SPE}", f"epoch 1, step {SPE}"]
     prefix = f"runs_branch_{parent.id}_last"
     assert at.number_input(key=f"{prefix}_lr").value == pytest.approx(0.01)
     assert at.number_input(key=f"{prefix}_epochs").value == 2  # the checkpoint is at epoch 1 of 1: one more
@@ -71,7 +72,7 @@ def test_a_refused_branch_says_why_and_creates_nothing(dirs, finished):
     parent = copy_run(finished, runs_dir)
     parent.last_ckpt.unlink()  # only best.pt is left: the form offers it alone
     at = page("pages/runs.py")
-    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == [f"best.pt (epoch 1, step {SPE})"]
+    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == ["best.pt"]
     assert any("fresh optimizer state" in c.value for c in at.caption)
     parent.best_ckpt.unlink()  # gone between drawing the form and clicking it
     at.button(key=f"runs_branch_{parent.id}_go").click().run()
@@ -85,7 +86,7 @@ def test_a_damaged_checkpoint_is_named_and_the_other_still_offered(dirs, finishe
     parent = copy_run(finished, runs_dir)
     parent.best_ckpt.write_bytes(b"not a checkpoint")
     at = page("pages/runs.py")
-    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == [f"last.pt (epoch 1, step {SPE})"]
+    assert at.radio(key=f"runs_branch_{parent.id}_kind").options == ["last.pt"]
     assert any(c.value.startswith("best.pt cannot be branched from:") and "not a" in c.value for c in at.caption)
 
 

@@ -216,7 +216,9 @@ def test_start_while_another_run_trains_queues_the_new_run_and_shows_it(dirs, fi
         next(b for b in at.button if b.label == "Start training").click().run()
         no_exception(at)
         [new] = [r for r in list_runs(runs_dir) if r.id not in (ended.id, busy.id)]
-        assert any(f"Queued {new.id}" in s.value for s in at.success), [s.value for s in at.success]
+        assert any(f"Queued {new.id} (" in i.value and f"behind run {busy.id}" in i.value for i in at.info), \
+            [i.value for i in at.info]
+        assert not at.success  # nothing started: not announced in green
         assert at.sidebar.selectbox(key="run_picker").value == new.id  # the page follows the queued run
         assert busy.status()["state"] == "running"
     finally:

@@ -149,5 +149,6 @@ def test_report_of_a_run_fine_tuned_on_my_drawings(dirs, finished, sample):
     entry = run.config()["my_drawings"]
     at = runs_page()
     text = "\n".join(m.value for m in at.markdown)
-    assert f"**Your drawings** ({entry['train']} mixed into training, ×{entry['repeats']}): held-out drawings: " \
-           f"{100 * entry['before']:.1f}% -> " in text, text
+    # what the numbers are, said in words: how many drawings, how often each was shown, their share
+    assert f"**Your drawings**: {entry['train']} of your drawings mixed into training, each shown {entry['repeats']} " \
+           f"times an epoch (20% of its images); held-out drawings: {100 * entry['before']:.1f}% -> " in text, text

@@ -64,7 +64,7 @@ def test_empty_page_offers_a_valid_default_sweep(tmp_path, monkeypatch):
     assert any("No sweep yet" in i.value for i in at.info)
     assert at.multiselect(key="sw_fields").value == ["lr"]
     assert at.text_input(key="sw_spec_lr").value == "loguniform:0.0003:0.03"
-    assert any("4 trial(s) of lr loguniform:0.0003:0.03; scheduler fifo" in c.value for c in at.caption)
+    assert any("4 trials of lr loguniform:0.0003:0.03; scheduler fifo" in c.value for c in at.caption)
     assert not start_button(at).disabled
 
 
@@ -82,7 +82,7 @@ def test_bad_specs_and_plans_are_shown_inline(tmp_path, monkeypatch):
     assert start_button(at).disabled
     at.selectbox(key="sw_scheduler").set_value("asha").run()
     assert not at.error and not start_button(at).disabled
-    assert any("8 trial(s) of lr grid:0.01,0.001, hidden_size choice:32,64,128; scheduler asha" in c.value
+    assert any("8 trials of lr grid:0.01,0.001, hidden_size choice:32,64,128; scheduler asha" in c.value
                for c in at.caption), [c.value for c in at.caption]
     # ASHA's options and the budget: checked as the CLI checks them, shown in the plan's line
     at.number_input(key="sw_grace").set_value(2).run()  # the base trains 2 epochs: nothing left to stop at
@@ -187,3 +187,5 @@ def test_train_with_these_settings_fills_the_train_page(dirs):
     form = at.session_state["form"]
     assert (form["lr"], form["hidden_size"], form["epochs"], form["lr_schedule"]) == (0.0042, 64, 3, "constant")
     assert at.number_input(key="w_lr").value == 0.0042 and at.number_input(key="w_hidden_size").value == 64
+    assert f"Filled in from sweep {SWEEP_ID}'s best trial: check them, then **Start training**." \
+        in [i.value for i in at.info]  # said where the settings came from

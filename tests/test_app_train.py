@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 
@@ -12,6 +13,7 @@ from helpers import build_app, copy_run, no_exception, rerun_until, wait_for, wa
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.runs import job_queue as queue
+from brnn_core.runs import lifecycle
 from brnn_core.runs.gradient_flow import read_gradient_flow
 from brnn_core.runs.rundir import list_runs
 
@@ -125,6 +127,19 @@ def test_query_param_selects_the_run(dirs, finished):
     at.sidebar.selectbox(key="run_picker").select(newer.id).run()
     assert query_run(at) == newer.id
     assert any(newer.id in m.value for m in at.markdown)
+    assert not at.warning
+
+
+def test_a_link_to_a_run_that_does_not_exist_says_so(dirs, finished):
+    runs_dir, _ = dirs
+    newest = copy_run(finished, runs_dir, "20990101-000000-mnist-sample-ffff")
+    at = build_app()
+    at.query_params["run"] = "20200101-000000-mnist-sample-gone"  # deleted, or mistyped
+    at.run()
+    no_exception(at)
+    assert [w.value for w in at.warning] == [f"There is no run `20200101-000000-mnist-sample-gone` in {runs_dir}: "
+                                             f"showing {newest.id} instead."]
+    assert query_run(at) == newest.id  # the address now names the run shown
 
 
 @pytest.mark.worker
@@ -222,6 +237,48 @@ def info_texts(at: AppTest) -> list[str]:
 
 
 @pytest.mark.worker
+def test_a_run_that_must_wait_is_announced_as_queued_with_its_place(dirs):
+    """Nothing trains, but a sweep holds the machine: the new run waits, and the page says so and why at once
+    (before its worker has said it), in the announcement and in the run's panel."""
+    runs_dir, _ = dirs
+    me = psutil.Process()
+    sweep = runs_dir / "sweeps" / "20261203-120000-sweep"
+    sweep.mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"state": "running", "pid": me.pid, "pid_started": me.create_time(),
+                                                  "host": socket.gethostname()}))
+    at = app()
+    at.number_input(key="w_hidden_size").set_value(8)
+    start_button(at).click().run()
+    no_exception(at)
+    [run] = list_runs(runs_dir)
+    place = f"1st in line, for cpu: sweep {sweep.name} is running"
+    assert not at.success, [s.value for s in at.success]  # not "Started run", not green
+    assert f"Queued {run.id} ({place}): it starts when the device is free." in info_texts(at)
+    assert f"queued: {place}" in info_texts(at)  # the panel says where it stands, not just "queued"
+
+
+def test_live_controls_show_the_shown_runs_values(dirs, finished):
+    """A session that showed one queued run's live controls, then another's: the second run's own values."""
+    runs_dir, _ = dirs
+    runs = {}
+    for epochs, run_id in ((4, "20261203-100000-mnist-sample-aaaa"), (3, "20261203-100100-mnist-sample-bbbb")):
+        run = copy_run(finished, runs_dir, run_id)
+        config = json.loads(run.config_path.read_text())
+        config["train"]["epochs"] = epochs
+        run.config_path.write_text(json.dumps(config))
+        run.write_status(state="queued", step=0, epoch=0, live=None, test_acc=None)
+        lifecycle.joined_queue(run, os.getpid())  # this process stands in for its queued worker
+        runs[epochs] = run
+    at = build_app()
+    at.query_params["run"] = runs[4].id
+    at.run()
+    assert at.number_input(key="live_epochs").value == 4
+    at.sidebar.selectbox(key="run_picker").select(runs[3].id).run()
+    no_exception(at)
+    assert at.number_input(key="live_epochs").value == 3
+
+
+@pytest.mark.worker
 def test_start_while_a_run_trains_queues_a_seed_group_that_a_fresh_session_sees_and_cancel_works(dirs, finished):
     runs_dir, _ = dirs
     busy, slot = training_elsewhere(finished, runs_dir)
@@ -236,7 +293,9 @@ def test_start_while_a_run_trains_queues_a_seed_group_that_a_fresh_session_sees_
         no_exception(at)
         first, second = sorted((r for r in list_runs(runs_dir) if r.id != busy.id),
                                key=lambda r: r.config()["train"]["seed"])
-        assert any(f"Queued {first.id}, {second.id}" in m.value for m in at.success), [m.value for m in at.success]
+        assert any(f"Queued {first.id}, {second.id} (1st in line, behind run {busy.id} on cpu): they start one after "
+                   "another" in m.value for m in at.info), info_texts(at)
+        assert not at.success  # nothing started: not announced in green
         assert first.status()["queued_at"] < second.status()["queued_at"]  # in line in the order of the seeds
         assert query_run(at) == first.id
         rerun_until(at, lambda a: f"queued: 1st in line, behind run {busy.id} on cpu" in info_texts(a),
@@ -373,3 +432,17 @@ def test_gradient_flow_heatmap_and_why_a_run_has_none(dirs, finished):
         no_exception(at, run_id)
         assert not [c for c in at.get("plotly_chart") if c.key == "chart_flow"]
         assert any(why in i.value for i in at.info), [i.value for i in at.info]
+
+
+def test_the_event_log_says_each_event_once(dirs, finished):
+    """An event whose message starts with its kind ("finished: test accuracy ...") is not prefixed twice."""
+    runs_dir, _ = dirs
+    copy_run(finished, runs_dir)
+    at = build_app()
+    at.session_state["event_log"] = True  # the Event log expander, open
+    at.run()
+    no_exception(at)
+    lines = [t.value for t in at.text]
+    assert any("finished: test accuracy" in line for line in lines), lines
+    assert any(" · epoch 1: train loss" in line for line in lines), lines
+    assert not any("finished: finished" in line or "epoch: epoch" in line for line in lines), lines

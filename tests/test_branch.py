@@ -229,7 +229,7 @@ def test_stop_and_resume_a_branch(family, parent_run, runs_dir, capsys):
     kinds = [e["kind"] for e in child.events()]
     assert kinds.count("branch") == 1 and kinds.count("resume") == 1  # resumed from its own last.pt
     resume = next(e for e in child.events() if e["kind"] == "resume")
-    assert resume["message"].startswith(f"resumed from last.pt at epoch {own.epoch}, step {own.step}")
+    assert resume["message"].startswith(f"resumed from last.pt in epoch {own.epoch + 1}, step {own.step}")
     assert val_losses(child)[4] == pytest.approx(val_losses(straight)[4], rel=1e-6)
 
 

@@ -7,6 +7,8 @@ its own server, so the URL under test is the first request that server ever gets
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from browser_server import launch_chromium, require_browser, start_server, stop_server
 
@@ -51,3 +53,56 @@ def test_first_request_to_a_fresh_server_shows_that_page(tmp_path, path, heading
             browser.close()
     finally:
         stop_server(server)
+
+
+def test_train_has_its_own_address_too(tmp_path):
+    """Train lives at /; /train (what the page is called) shows it too, on a server's first request and on a later
+    one, with its query (?run=ID)."""
+    server = start_server(tmp_path / "runs", tmp_path / "data", tmp_path / "server.log")
+    try:
+        with sync_playwright() as pw:
+            browser = launch_chromium(pw)
+            for path in ("/train", "/train?run=20261203-101010-mnist-sample-abcd"):  # the first request, a later one
+                page = browser.new_page()
+                page.goto(server.url + path)
+                expect(page.get_by_role("heading", name="Train a recurrent network")).to_be_visible(timeout=T)
+                expect(page).to_have_url(re.compile(re.escape(server.url) + r"/(train)?" + re.escape(path[6:]) + "$"),
+                                         timeout=T)
+                expect(page.get_by_text("Page not found")).to_have_count(0)
+                page.close()
+            browser.close()
+    finally:
+        stop_server(server)
+
+
+def test_nothing_a_page_loads_comes_from_outside_the_machine(tmp_path, finished):
+    """Every request and websocket of every page, with a run to show and a digit drawn, goes to 127.0.0.1 (the tab
+    icon included: a Material page icon would be fetched from a font CDN)."""
+    from urllib.parse import urlparse
+
+    from helpers import copy_run
+    from test_browser import draw_stroke
+
+    copy_run(finished, tmp_path / "runs")
+    server = start_server(tmp_path / "runs", tmp_path / "data", tmp_path / "server.log")
+    seen: list[str] = []
+    try:
+        with sync_playwright() as pw:
+            browser = launch_chromium(pw)
+            page = browser.new_page()
+            page.on("request", lambda request: seen.append(request.url))
+            page.on("websocket", lambda ws: seen.append(ws.url))
+            for path, heading in (("/", "Train a recurrent network"), ("/predict", "Draw a digit"),
+                                  ("/runs", "Runs"), ("/sweep", "Sweep")):
+                page.goto(server.url + path)
+                expect(page.get_by_role("heading", name=heading).first).to_be_visible(timeout=T)
+                if path == "/predict":
+                    draw_stroke(page, [(140, 40), (140, 240)])
+                    expect(page.get_by_text("Class probabilities").first).to_be_visible(timeout=T)
+                page.wait_for_load_state("networkidle", timeout=T)
+            browser.close()
+    finally:
+        stop_server(server)
+    outside = sorted({url for url in seen if urlparse(url).scheme not in ("data", "blob")
+                      and urlparse(url).hostname != "127.0.0.1"})
+    assert len(seen) > 20 and not outside, outside

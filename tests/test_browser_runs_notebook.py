@@ -179,7 +179,7 @@ def test_tags_and_a_note_saved_show_as_table_columns(notebook, page):
 
 def test_the_export_downloads_a_csv_pandas_reads(notebook, page):
     _, runs, group, lone, _ = notebook
-    page.get_by_role("button", name="Export these 4 runs").click()
+    page.get_by_role("button", name="Export 4 runs").click()
     download_button = page.get_by_role("button", name="Download CSV")
     expect(download_button).to_be_visible()
     with page.expect_download() as info:

@@ -83,9 +83,9 @@ def test_start_a_sweep_and_watch_it_fill(server, page):
     expect(page.get_by_text(re.compile(r"lr: '0' is not a valid lr")).first).to_be_visible()
     expect(page.get_by_role("button", name="Start sweep")).to_be_disabled()
     enter(spec, "grid:0.01,0.003")
-    expect(page.get_by_text("8 trial(s) of lr grid:0.01,0.003").first).to_be_visible()  # 4 trials x the grid
+    expect(page.get_by_text("8 trials of lr grid:0.01,0.003").first).to_be_visible()  # 4 trials x the grid
     enter(page.get_by_label("Trials", exact=True), "1")
-    expect(page.get_by_text("2 trial(s) of lr grid:0.01,0.003; scheduler fifo").first).to_be_visible()
+    expect(page.get_by_text("2 trials of lr grid:0.01,0.003; scheduler fifo").first).to_be_visible()
     page.get_by_role("button", name="Start sweep").click()
     expect(page.get_by_text(re.compile(r"Started sweep \S+")).first).to_be_visible()
     # live: the table gets both trials, the plots a line per trial, then both finish

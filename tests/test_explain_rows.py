@@ -34,13 +34,34 @@ def test_blanking_a_blank_row_changes_nothing_and_ink_rows_matter(model, sample)
     assert blank.any() and (~blank).any()  # an MNIST digit has empty rows at the top and bottom
     assert (drop[blank] == 0).all()
     assert np.abs(drop[~blank]).max() > 1e-4  # blanking some row of ink moves the answer
-    # the same numbers as blanking one row by hand
+    # the same numbers as blanking one row by hand: the drop in ln(P(target) / P(not target))
     t = int(np.argmax(np.abs(drop)))
     blanked = x.clone()
     blanked[t] = 0
     with torch.no_grad():
-        p = torch.softmax(model(torch.stack([x, blanked])), dim=1)[:, target]
-    assert drop[t] == pytest.approx(float(p[0] - p[1]), abs=1e-6)
+        p = torch.softmax(model(torch.stack([x, blanked])).double(), dim=1)[:, target]
+    odds = torch.log(p / (1 - p))
+    assert drop[t] == pytest.approx(float(odds[0] - odds[1]), rel=1e-3, abs=1e-4)
+
+
+def test_rows_that_mattered_still_differ_for_a_confident_answer(model, sample):
+    """In probability every row of a confident answer moves it by a fraction of a point ("no row mattered");
+    in log-odds the rows that carry the digit stand out."""
+    x = torch.stack([digit(sample, k) for k in range(100)])
+    with torch.no_grad():
+        probs = torch.softmax(model(x), dim=1)
+    k = int(probs.max(dim=1).values.argmax())  # the most confident of the first 100 test digits
+    target = int(probs[k].argmax())
+    assert float(probs[k, target]) > 0.95
+    drop = row_importance(model, x[k], target)
+    blanked = x[k].repeat(28, 1, 1)
+    blanked[torch.arange(28), torch.arange(28)] = 0
+    with torch.no_grad():
+        prob_drop = float(probs[k, target]) - torch.softmax(model(blanked), dim=1)[:, target]
+    # near P = 1 a change in log-odds is the change in P divided by P (1 - P): the bars that were all near 0 now
+    # show which rows carry the digit
+    assert np.abs(drop).max() > 10 * float(prob_drop.abs().max())
+    assert np.abs(drop).max() - np.median(np.abs(drop[drop != 0])) > 10 * float(prob_drop.abs().max()) / 2
 
 
 def test_baselines(sample):

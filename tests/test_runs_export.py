@@ -57,7 +57,7 @@ def test_the_runs_page_exports_the_rows_shown(seeds, monkeypatch):
     monkeypatch.setenv("BRNN_DATA_DIR", str(seeds.parent / "data"))
     at = open_page("pages/runs.py", "Runs")
     at.text_input(key="runs_filter").input("lr < 0.005").run()
-    next(b for b in at.button if b.label.startswith("Export these 1 runs")).click().run()
+    next(b for b in at.button if b.label.startswith("Export 1 run")).click().run()
     no_exception(at)
     csv = at.session_state["runs_export"].decode()
     assert csv.splitlines()[0].startswith("run_id,group,tags,state") and "cc03" in csv and "cc00" not in csv

@@ -365,7 +365,7 @@ def test_a_starting_checkpoint_is_checked_once_before_any_trial(tmp_path):
     fits = ["epochs=3", "device=cpu", "hidden_size=8", "num_layers=1", f"init_from={ckpt}"]
     request = SweepRequest(search=["lr=choice:0.1,0.01"], sets=fits)
     assert plan_sweep(request, tmp_path / "runs", tmp_path / "data").base["init_from"] == str(ckpt)
-    with pytest.raises(SweepError, match="of hidden 8, 1 layers.*set cell=lstm bidirectional=true hidden_size=8"):
+    with pytest.raises(SweepError, match="of hidden 8, 1 layer .*set cell=lstm bidirectional=true hidden_size=8"):
         plan_sweep(SweepRequest(search=["lr=choice:0.1,0.01"], sets=fits[:2] + fits[4:]), tmp_path / "runs",
                    tmp_path / "data")
     with pytest.raises(SweepError, match="--search hidden_size with init_from"):

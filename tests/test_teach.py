@@ -109,6 +109,10 @@ def test_teach_it_button_fine_tunes_and_picks_the_new_checkpoint(dirs, finished,
     assert len(validation["per_class_before"]) == len(validation["per_class_after"]) == 10
     at.run()  # the result stays beside the button on later reruns
     assert any("Taught: now predicting with" in s.value for s in at.success)
+    # another checkpoint picked (as Open best in Predict does): the page no longer says it predicts with the taught one
+    at.sidebar.selectbox(key="ckpt_choice").select(str(parent.best_ckpt.resolve())).run()
+    assert not any("Taught" in s.value for s in at.success)
+    at.sidebar.selectbox(key="ckpt_choice").select(str(child.best_ckpt.resolve())).run()
     # the taught checkpoint trained on the drawings: scored on the held-out ones only, and said so
     rerun_until(at, lambda a: any("drawings" in c.value for c in a.sidebar.caption), "the taught checkpoint's score")
     label = next(c.value for c in at.sidebar.caption if "drawings" in c.value)

@@ -10,6 +10,7 @@ these tests build as the worker does). Branches end to end (CLI, chains): test_b
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.branch import PARENT_CKPT, create_branch
+from brnn_core.runs.progress import progress_text
 from brnn_core.runs.rundir import Run
 from brnn_core.training.commands import LiveSettings
 from brnn_core.training.engine import make_optimizer
@@ -182,6 +184,7 @@ def test_a_resume_continues_from_last_pt_with_its_live_values_and_drops_later_ro
     saved = load_checkpoint(run.last_ckpt)
     for step in (12, 13):  # rows a killed worker logged after its last save
         run.log_metric(step=step, epoch=1.5, split="train", loss=2.0, lr=0.003)
+    bar = re.search(r"^epoch (\d+)/", progress_text(run.status())).group(1)  # what its progress line said at the stop
     start = begin(run, resume=True)
     assert start.position == Position(1, 3, 11, load_checkpoint(run.best_ckpt).metrics["val_loss"])
     assert same_weights(start.model, run.last_ckpt)
@@ -189,8 +192,9 @@ def test_a_resume_continues_from_last_pt_with_its_live_values_and_drops_later_ro
     # The config says lr 0.01, grad_clip 0; the run was changed live to 0.003 and 2 before it stopped.
     assert start.settings == {"lr": 0.003, "grad_clip": 2.0, "epochs": 2, "augment": "off"}
     assert start.optimizer.param_groups[0]["lr"] == 0.003
-    assert run.events()[-1]["message"] == ("resumed from last.pt at epoch 1, step 11 (2 metric rows logged after "
-                                           "that checkpoint were dropped)")
+    # the event counts the epoch as the progress line did (1 epoch and 3 batches done: it was in its 2nd)
+    assert bar == "2" and run.events()[-1]["message"] == (f"resumed from last.pt in epoch {bar}, step 11 (2 metric "
+                                                          "rows logged after that checkpoint were dropped)")
     assert run.metrics().step.max() == 11
 
 
@@ -207,7 +211,7 @@ def test_resume_from_another_runs_checkpoint(parent, runs_dir):
     trial = make_run(runs_dir, base=RUN, epochs=3)  # a PBT trial taking a better trial's weights
     start = begin(trial, resume=True, resume_from=parent.last_ckpt)
     assert start.position == Position(2, 0, 2 * SPE) and same_weights(start.model, parent.last_ckpt)
-    assert trial.events()[-1]["message"] == f"resumed from {parent.last_ckpt} at epoch 2, step {2 * SPE}"
+    assert trial.events()[-1]["message"] == f"resumed from {parent.last_ckpt} in epoch 3, step {2 * SPE}"
     assert not trial.last_ckpt.exists()  # choose_start reads; the worker saves the run's own last.pt
 
 

@@ -190,7 +190,7 @@ def init_from_another_architecture(runs_dir: Path, finished: Run) -> tuple[Run, 
     path = finished.best_ckpt  # hidden 16, 2 layers
     return tiny(runs_dir, init_from=str(path)), {}, \
         f"init_from {path} is a two-way LSTM (BiLSTM) of hidden 16, 2 layers with head bidir and input_scale " \
-        "standard; this run asks for a two-way LSTM (BiLSTM) of hidden 8, 1 layers, head bidir, input_scale " \
+        "standard; this run asks for a two-way LSTM (BiLSTM) of hidden 8, 1 layer, head bidir, input_scale " \
         "standard: set cell=lstm bidirectional=true hidden_size=16 num_layers=2 head=bidir input_scale=standard " \
         "to match it"
 
@@ -262,7 +262,7 @@ def test_ctrl_c_leaves_an_interrupted_run_that_resumes_from_its_last_pt(runs_dir
     assert load_checkpoint(run.last_ckpt).step == 0  # saved as training started; no save since
     assert train_run_dir(run, data_dir=runs_dir, resume=True) == "finished"
     resume = next(e for e in run.events() if e["kind"] == "resume")
-    assert resume["message"] == "resumed from last.pt at epoch 0, step 0 (6 metric rows logged after that " \
+    assert resume["message"] == "resumed from last.pt in epoch 1, step 0 (6 metric rows logged after that " \
                                 "checkpoint were dropped)"
     train = run.metrics().query("split == 'train'")
     assert list(train.step) == list(range(1, 2 * SPE + 1)) and run.status()["step"] == 2 * SPE

@@ -51,8 +51,13 @@ def branch_form(run: Run, runs_dir: Path, data_dir: Path, *, key: str) -> None:
             return
         st.caption("A new run that starts from this run's weights (and optimizer state, from last.pt) and "
                    "continues its steps. The architecture and data split stay; epochs counts this run's too.")
-        kind = st.radio("Checkpoint", list(found), key=f"{key}_{run.id}_kind", horizontal=True,
-                        format_func=lambda k: f"{k}.pt (epoch {found[k]['epoch']}, step {found[k]['step']})")
+        kind_key = f"{key}_{run.id}_kind"
+        if st.session_state.get(kind_key) not in found:  # e.g. its last.pt pruned since: the first one left
+            st.session_state.pop(kind_key, None)
+        # the labels stay the same while a checkpoint is rewritten (the browser answers with the label it
+        # showed: one that changed matches no option, and neither would be ticked); its epoch and step go below
+        kind = st.radio("Checkpoint", list(found), key=kind_key, horizontal=True, format_func=lambda k: f"{k}.pt",
+                        captions=[f"epoch {found[k]['epoch']}, step {found[k]['step']}" for k in found])
         d = found[kind]
         prefix = f"{key}_{run.id}_{kind}"  # per checkpoint: its own starting values
         lr, clip, epochs, optimizer = st.columns([1.4, 1.1, 1.1, 1.2])  # as the live controls: an lr fits whole

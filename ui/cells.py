@@ -1,7 +1,10 @@
-"""What the Predict page calls each cell's quantities (inference.internals.QUANTITIES), and one plain sentence per
-quantity on what to look for in its rows x units heatmap."""
+"""What the Predict page's look inside says to a learner, in one place: what it calls each cell's quantities
+(inference.internals.QUANTITIES), one plain sentence per quantity on what to look for in its rows x units heatmap,
+and what each of the other panels shows, in which unit."""
 
 from __future__ import annotations
+
+import math
 
 LABELS = {
     "lstm": {"h": "hidden state h", "c": "cell state c", "input": "input gate i", "forget": "forget gate f",
@@ -48,3 +51,42 @@ def label(cell: str, quantity: str) -> str:
 
 def hint(cell: str, quantity: str) -> str:
     return HINTS.get(cell, {}).get(quantity, "")
+
+
+def reading_note(direction: str, network: str, *, bidirectional: bool) -> str:
+    """What a row of the heatmap has seen, for one direction of `network` (e.g. "two-way LSTM")."""
+    read = ("rows 0..t (top down)" if direction == "forward" else
+            "rows 27..t (bottom up): at row 0 it has read the whole image")
+    if not bidirectional:
+        read += " (a one-way net has only this direction: row 27 is its first state that has read the whole image)"
+    return (f"At row t the {direction} direction of the {network} has read {read}. Units are ordered by the row "
+            "where each is most active, so units that fire together sit side by side; most single units mean "
+            "nothing on their own: look for bands across many.")
+
+
+def rows_note(class_name: str) -> str:
+    """Under Rows that mattered: what a bar measures, in which unit (inference.explain.row_importance)."""
+    return (f"Each row blanked in turn: how much the model's log-odds for {class_name}, "
+            f"ln(P({class_name}) / P(not {class_name})), drops. 2.3 means the odds fell tenfold, 0.7 that they "
+            "halved; a negative bar is a row that argued against it. (In probability a confident answer barely "
+            "moves for any one row, so every bar would look empty.)")
+
+
+def neighbours_note(size: int, *, bidirectional: bool) -> str:
+    """Over the nearest training digits; `size`: the length of the state vector compared."""
+    which = "forward after the last row, backward after the first" if bidirectional else "after the last row"
+    return (f"Nearest training digits by the state that has read the whole digit ({which}). The number under each "
+            f"is how far its state is from your digit's: the straight-line distance across all {size} units, each "
+            f"between -1 and 1, so 0 is the same state and {2 * math.sqrt(size):.0f} the farthest possible. Smaller "
+            "is more alike.")
+
+
+def path_note(n: int) -> str:
+    return (f"Each grey line is a class's mean path over {n} training digits, projected on the two directions in "
+            "which the forward states vary most; a well-read digit ends near its class.")
+
+
+def matches_note(units: int, what: str, band: tuple[int, int]) -> str:
+    return (f"{units} units of {what} are on across rows {band[0]}-{band[1]}. Training digits whose same units are "
+            "on there, with the share of on units they have in common (100%: the same ones):")
+

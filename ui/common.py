@@ -113,6 +113,10 @@ def run_picker(runs_dir: Path, *, label: str = "Current run", key: str = "run_pi
     """Sidebar select box of all runs; the choice becomes the current run."""
     statuses = run_index(runs_dir).statuses()
     run = current_run(runs_dir, statuses)
+    asked = st.query_params.get("run")
+    if asked and (run is None or run.id != asked):  # a stale link or a typo: never silently another run
+        shown = asked.replace("`", "")[:80]
+        flash("warning", f"There is no run `{shown}` in {runs_dir}" + (f": showing {run.id} instead." if run else "."))
     if not statuses:
         st.sidebar.caption("No runs yet.")
         return None

@@ -1,8 +1,9 @@
 """The Predict page's "Inside the <network>" expander: the drawn digit's states (and the cell's gates) row by row,
 the rows that mattered, and integrated gradients with a choice of baseline and the randomised-weights sanity check.
 
-Nothing here is computed while the expander is closed (its open state is the session's), so a stroke costs
-what it cost without it.
+Nothing here is computed while the expander is closed (its open state is the session's); while it is open, what
+takes time is worked out in the background (ui/explaining.py), so a stroke never waits for it. Its words are in
+ui/cells.py.
 """
 
 from __future__ import annotations
@@ -29,15 +30,18 @@ from brnn_core.inference.state_space import (
 from brnn_core.model import network_name
 from ui import cells as words
 from ui.background import BackgroundJobs
+from ui.explaining import Explanations, shown
 
 BASELINE_HELP = ("Integrated gradients sums each pixel's effect along a path from this baseline to your drawing. "
                  "From black, background pixels get exactly zero (they never differ from it); from a blurred copy, "
                  "what the sharp strokes add; from grey, ink and background alike.")
 
 
-def inside_panel(predictor: Predictor, x: np.ndarray, top: int, checkpoint: str, data_dir: Path) -> None:
+def inside_panel(predictor: Predictor, x: np.ndarray, top: int, checkpoint: str, data_dir: Path,
+                 explain: Explanations) -> None:
     """The expander for the model input `x` (28, 28) and its predicted class `top` (`checkpoint`: its file,
-    beside which the training digits' states are kept)."""
+    beside which the training digits' states are kept); what takes time is worked out in the background
+    (`explain`)."""
     cfg = predictor.checkpoint.model_config
     what = "its state" if cfg.cell == "rnn" else "gates and states"
     with st.expander(f"Inside the {network_name(cfg)}: {what} row by row, rows that mattered, a sanity check",
@@ -45,48 +49,54 @@ def inside_panel(predictor: Predictor, x: np.ndarray, top: int, checkpoint: str,
         if not st.session_state.get("inside_open"):
             return
         layer, direction, quantity = pick_cells(predictor)
-        inside = predictor.internals(x)
-        cells = inside.layers[layer - 1][direction]
+        found = explain.get(("inside", top), lambda stop: (predictor.internals(x), predictor.row_importance(x, top)))
         st.caption(f"**{words.label(cfg.cell, quantity).capitalize()}.** {words.hint(cfg.cell, quantity)}")
         heat, rows = st.columns([3, 2])
-        heat.plotly_chart(charts.internals_figure(cells.get(quantity).numpy(), quantity,
-                                                  f"layer {layer}, {direction}"), key="inside_heatmap",
-                          on_select="ignore")
-        rows.plotly_chart(charts.row_importance_figure(predictor.row_importance(x, top), predictor.classes[top]),
-                          key="inside_rows", on_select="ignore")
-        read = ("rows 0..t (top down)" if direction == "forward" else "rows 27..t (bottom up): at row 0 it has "
-                "read the whole image")
-        if not cfg.bidirectional:
-            read += " (a one-way net has only this direction: row 27 is its first state that has read the whole image)"
-        st.caption(f"At row t the {direction} direction has read {read}. Units are ordered by the row where each "
-                   "is most active, so units that fire together sit side by side; most single units mean nothing "
-                   "on their own: look for bands across many. Rows that mattered: each row blanked in turn, how "
-                   f"much P({predictor.classes[top]}) drops (negative: that row argued against it).")
+        if shown(heat, found, "the states row by row"):
+            inside, drop = found
+            cells = inside.layers[layer - 1][direction]
+            heat.plotly_chart(charts.internals_figure(cells.get(quantity).numpy(), quantity,
+                                                      f"layer {layer}, {direction}"), key="inside_heatmap",
+                              on_select="ignore")
+            rows.plotly_chart(charts.row_importance_figure(drop, predictor.classes[top]), key="inside_rows",
+                              on_select="ignore")
+            rows.caption(words.rows_note(predictor.classes[top]))
+            st.caption(words.reading_note(direction, network_name(cfg), bidirectional=cfg.bidirectional))
+            state_space_section(predictor, inside, (layer, direction, quantity), top, checkpoint, data_dir)
+        attribution_checks(predictor, x, top, explain)
 
-        state_space_section(predictor, inside, (layer, direction, quantity), top, checkpoint, data_dir)
 
-        st.markdown("**Which pixels decided, and is that explanation worth anything?**")
-        choose = st.columns([2, 2])
-        baseline = choose[0].radio("Baseline", BASELINES, horizontal=True, key="inside_baseline", help=BASELINE_HELP)
-        sanity = choose[1].toggle("Sanity check: the same for random weights", key="inside_sanity",
-                                  help="An attribution that looks the same for a copy of the model with random "
-                                       "weights explains nothing about what was learned.")
-        if baseline == "black" and not sanity:
-            st.caption("The map above (Which pixels decided) is from black: pick another baseline, or the sanity "
-                       "check, to compare.")
-            return
-        maps = st.columns(2 if sanity else 1)
-        name = predictor.classes[top]
-        trained = predictor.attribution(x, top, baseline=baseline)
+def attribution_checks(predictor: Predictor, x: np.ndarray, top: int, explain: Explanations) -> None:
+    """Integrated gradients from another baseline, and the same for random weights (the sanity check)."""
+    st.markdown("**Which pixels decided, and is that explanation worth anything?**")
+    choose = st.columns([2, 2])
+    baseline = choose[0].radio("Baseline", BASELINES, horizontal=True, key="inside_baseline", help=BASELINE_HELP)
+    sanity = choose[1].toggle("Sanity check: the same for random weights", key="inside_sanity",
+                              help="An attribution that looks the same for a copy of the model with random "
+                                   "weights explains nothing about what was learned.")
+    if baseline == "black" and not sanity:
+        st.caption("The map above (Which pixels decided) is from black: pick another baseline, or the sanity "
+                   "check, to compare.")
+        return
+    maps = st.columns(2 if sanity else 1)
+    name = predictor.classes[top]
+    trained = explain.get(("attribution", baseline, False, top),
+                          lambda stop: predictor.attribution(x, top, baseline=baseline, should_stop=stop))
+    if shown(maps[0], trained, f"which pixels decided, from {baseline}"):
         maps[0].plotly_chart(charts.attribution_figure(x, trained, f"{name}, from {baseline}"),
                              key="inside_attribution", on_select="ignore")
-        if sanity:
-            random_map = predictor.attribution(x, top, baseline=baseline, randomized=True)
-            fig = charts.attribution_figure(x, random_map, f"{name}, random weights")
-            maps[1].plotly_chart(fig, key="inside_attribution_random", on_select="ignore")
-            corr = float(np.corrcoef(trained.ravel(), random_map.ravel())[0, 1])
-            st.caption(f"Correlation between the two maps: {corr:.2f}. Close to 1 would mean the map shows the "
-                       "input's shape, not what the model learned.")
+    if not sanity:
+        return
+    random_map = explain.get(("attribution", baseline, True, top),
+                             lambda stop: predictor.attribution(x, top, baseline=baseline, randomized=True,
+                                                                should_stop=stop))
+    if shown(maps[1], random_map, "the same for random weights"):
+        fig = charts.attribution_figure(x, random_map, f"{name}, random weights")
+        maps[1].plotly_chart(fig, key="inside_attribution_random", on_select="ignore")
+    if isinstance(trained, np.ndarray) and isinstance(random_map, np.ndarray):
+        corr = float(np.corrcoef(trained.ravel(), random_map.ravel())[0, 1])
+        st.caption(f"Correlation between the two maps: {corr:.2f}. Close to 1 would mean the map shows the "
+                   "input's shape, not what the model learned.")
 
 
 def pick_cells(predictor: Predictor) -> tuple[int, str, str]:
@@ -199,12 +209,10 @@ def state_space_section(predictor: Predictor, inside: Internals, chosen: tuple[i
                           key="inside_path", on_select="ignore")
     final = inside.final().numpy()
     with near_col:
-        st.caption("Nearest training digits by the state that has read the whole digit (forward after the last row"
-                   + (", backward after the first):" if "backward" in last else "):"))
+        st.caption(words.neighbours_note(len(final), bidirectional="backward" in last))
         thumbnails([(n.index, n.label, f"{n.distance:.2f}") for n in states.neighbours(final, 8)], states,
                    predictor.classes)
-    st.caption(f"Each grey line is a class's mean path over {len(states.indices)} training digits, projected on "
-               "the two directions in which the forward states vary most; a well-read digit ends near its class.")
+    st.caption(words.path_note(len(states.indices)))
 
     band = st.slider("Rows", 0, 27, (10, 18), key="inside_band", help="Units on across these rows are matched.")
     threshold = st.slider("On above (mean h over the rows)", 0.0, 0.9, 0.3, 0.05, key="inside_threshold")
@@ -221,8 +229,7 @@ def state_space_section(predictor: Predictor, inside: Internals, chosen: tuple[i
         st.caption(f"No unit of {what} is above {threshold:g} across rows {band[0]}-{band[1]}: lower the threshold "
                    "or move the band.")
         return
-    st.caption(f"{len(units)} units of {what} are on across rows {band[0]}-{band[1]}. Training digits whose same "
-               "units are on there (share of on units in common):")
+    st.caption(words.matches_note(len(units), what, band))
     thumbnails([(i, label, f"{score:.0%}") for i, label, score in found], states, predictor.classes)
 
 

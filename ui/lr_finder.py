@@ -42,13 +42,16 @@ def lr_finder_panel(config: TrainConfig | None, runs_dir: Path, data_dir: Path, 
                    "1e-6 to 1): the loss against lr, and a suggested peak lr. Same as `python -m brnn_core lr-find`."
                    + (" A run is training: the test waits for its device in the queue." if training else ""))
     if job is not None:
-        st.fragment(run_every=1.0 if running else None)(_result)(data_dir)
+        st.fragment(run_every=1.0 if running else None)(_result)(data_dir, running)
 
 
-def _result(data_dir: Path) -> None:
+def _result(data_dir: Path, was_running: bool) -> None:
+    """The test's progress while it runs (this fragment alone reruns every second), then its result."""
     job = st.session_state.get(_JOB)
     if job is None:
         return
+    if job["proc"].poll() is not None and was_running:
+        st.rerun()  # it just ended: the whole page, so the button (outside this fragment) is enabled again
     if job["proc"].poll() is None:
         lines = Path(job["log"]).read_text(errors="replace").splitlines() if Path(job["log"]).is_file() else []
         st.caption(f"Learning-rate range test: {lines[-1] if lines else 'starting…'}")

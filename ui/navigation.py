@@ -9,6 +9,7 @@ widgets keyed as on every later run), and stops the classic run. Details: docs/a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
@@ -25,6 +26,8 @@ class PageSpec:
     default: bool = False
 
 
+# The tab's icon, a file served from here: a `:material/...:` page icon is fetched by the browser from a font CDN
+ICON = Path(__file__).with_name("icon.svg")
 PAGES = (
     PageSpec("pages/train.py", "Train", ":material/model_training:", default=True),
     PageSpec("pages/predict.py", "Predict", ":material/draw:"),
@@ -36,12 +39,23 @@ PAGES = (
 def navigation():
     """Page config and `st.navigation` over PAGES; returns the page to run. On a fresh server it also says
     that PyTorch is loading (the first page would be blank for seconds) and starts the background drawing."""
-    st.set_page_config(page_title="BRNN Dashboard", page_icon=":material/sync_alt:", layout="wide")
-    nav = st.navigation([st.Page(p.script, title=p.title, icon=p.icon, default=p.default) for p in PAGES])
+    st.set_page_config(page_title="BRNN Dashboard", page_icon=str(ICON), layout="wide")
+    pages = [st.Page(p.script, title=p.title, icon=p.icon, default=p.default, url_path="" if p.default else None)
+             for p in PAGES]
+    nav = st.navigation([*pages, _alias(next(p for p in PAGES if p.default))])
     keep_origin_check_local()  # also under a plain `streamlit run`; `python -m ui.serve` does it before the server
     first_paint()
     start_predraw()
     return nav
+
+
+def _alias(spec: PageSpec) -> st.Page:
+    """The default page (Train, at /) under its own name too, hidden from the menu: /train shows it, with its
+    query (?run=ID). The default page takes url_path "" above, so this one may take the script's name. (The same
+    script, not a redirect: a switch from here would start the page afresh on every rerun of a session whose
+    address is /train.)"""
+    return st.Page(spec.script, title=spec.title, icon=spec.icon, url_path=Path(spec.script).stem,
+                   visibility="hidden")
 
 
 def ensure_navigation() -> None:

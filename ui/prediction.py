@@ -1,16 +1,18 @@
 """What the Predict page says about one prediction: the verdict with its calibrated probability and a notice
-when the drawing does not look like what the model was trained on, the look-inside caption in plain words, and what
-each direction drew on."""
+when the drawing does not look like what the model was trained on, how the model read it (the look-inside
+section, with its caption in plain words), and what each direction drew on."""
 
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
-from brnn_core import gradient_charts
+from brnn_core import charts, gradient_charts
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.inference.predictor import Assessment, Predictor
 from brnn_core.inference.saliency import UNIT
+from brnn_core.model import network_name
+from ui.explaining import Explanations, shown
 
 READING_CAPTION = (
     "Left: the model reads your image one row of pixels at a time, {how}. "
@@ -30,6 +32,25 @@ def reading_caption(device_is_cuda: bool, *, bidirectional: bool) -> str:
     note only on a GPU."""
     how = "from the top and from the bottom at once" if bidirectional else "from the top down"
     return READING_CAPTION.format(how=how) + (GPU_NOTE if device_is_cuda else "")
+
+
+def reading_section(predictor: Predictor, x: np.ndarray, top: int, explain: Explanations) -> None:
+    """How the network reads the model input `x` (28, 28) row by row, and which pixels pushed it towards its
+    answer `top`: each worked out in the background, a note in its place until then."""
+    cfg = predictor.checkpoint.model_config
+    network = network_name(cfg)
+    st.subheader(f"How the {network} reads your digit")
+    left, right = st.columns([3, 2])
+    rows = explain.get(("reading",), lambda stop: predictor.read_rows(x))
+    if shown(left, rows, "how it reads it row by row"):
+        left.plotly_chart(charts.reading_figure(x, rows, predictor.classes, network=network), key="reading",
+                          on_select="ignore")
+    attribution = explain.get(("attribution", "black", False, top),
+                              lambda stop: predictor.attribution(x, top, should_stop=stop))
+    if shown(right, attribution, "which pixels decided"):
+        right.plotly_chart(charts.attribution_figure(x, attribution, predictor.classes[top]), key="attribution",
+                           on_select="ignore")
+    st.caption(reading_caption(predictor.device.type == "cuda", bidirectional=cfg.bidirectional))
 
 
 DIRECTIONS_CAPTION = (
@@ -57,14 +78,15 @@ def directions_caption(name: str, *, bidirectional: bool, head: str, device_is_c
                                                                  if device_is_cuda else "")
 
 
-def show_directions(predictor: Predictor, x: np.ndarray, top: int) -> None:
+def show_directions(predictor: Predictor, x: np.ndarray, top: int, explain: Explanations) -> None:
     """The gradient per row of class `top`'s logit for the model input `x`, split between the readers, and how to
-    read it."""
+    read it; worked out in the background (`explain`), a note in its place until then."""
     cfg = predictor.checkpoint.model_config
     chart, words = st.columns([3, 2])
-    split = predictor.direction_saliency(x, top)
-    chart.plotly_chart(gradient_charts.direction_rows_figure(split.rows(), predictor.classes[top], UNIT),
-                       key="direction_rows", on_select="ignore")
+    split = explain.get(("directions", top), lambda stop: predictor.direction_saliency(x, top))
+    if shown(chart, split, "what each direction drew on"):
+        chart.plotly_chart(gradient_charts.direction_rows_figure(split.rows(), predictor.classes[top], UNIT),
+                           key="direction_rows", on_select="ignore")
     words.caption(directions_caption(predictor.classes[top], bidirectional=cfg.bidirectional, head=cfg.head,
                                      device_is_cuda=predictor.device.type == "cuda"))
 

@@ -18,6 +18,7 @@ from brnn_core.runs.seeds import SeedsError, parse_seeds
 
 _FORM = "form"  # field -> value, the Train page's form as last drawn
 _CHECKPOINT = "picked_checkpoint"  # the resolved path of the checkpoint the Predict page predicts with
+_FILLED_FROM = "form_filled_from"  # where the Train form's settings came from (a sweep's best trial), until a start
 SEEDS_KEY = "w_seeds"  # the Seeds field's text ("0,1,2": one run each); its first seed is the form's `seed`
 
 
@@ -41,8 +42,11 @@ def train_form(data_dir: Path) -> dict:
     return form
 
 
-def fill_train_form(values: dict, data_dir: Path) -> dict:
-    """Put `values` (e.g. a sweep's best settings) into the Train form; its widgets start from them next time."""
+def fill_train_form(values: dict, data_dir: Path, source: str | None = None) -> dict:
+    """Put `values` (e.g. a sweep's best settings) into the Train form; its widgets start from them next time.
+    `source` says where they came from ("sweep X's best trial"): the Train page says so above the form."""
+    if source:
+        st.session_state[_FILLED_FROM] = source
     form = train_form(data_dir)
     known = {k: v for k, v in values.items() if k in form}
     form.update(known)
@@ -51,6 +55,11 @@ def fill_train_form(values: dict, data_dir: Path) -> dict:
     if "seed" in known:  # the Seeds field starts again from the one seed given
         st.session_state.pop(SEEDS_KEY, None)
     return form
+
+
+def filled_from(*, forget: bool = False) -> str | None:
+    """Where the Train form's settings came from, if another page filled it; `forget`: and no longer (a start)."""
+    return st.session_state.pop(_FILLED_FROM, None) if forget else st.session_state.get(_FILLED_FROM)
 
 
 def seeds_text() -> str:

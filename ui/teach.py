@@ -18,13 +18,14 @@ from brnn_core.data.drawings import held_out_ordinals
 from brnn_core.runs.progress import progress_text
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.text import plural
 from brnn_core.training.reports import read_report
 from brnn_core.training.teach import MIN_TO_TEACH, TeachError, teach_config
 from ui.common import registry
 from ui.state import pick_checkpoint
 
 REFRESH_S = 2.0
-_RESULT = "teach_result"  # (kind, message) of the last Teach it, shown beside the button
+_RESULT = "teach_result"  # (kind, message, the taught checkpoint or None) of the last Teach it, beside the button
 
 
 def _start(checkpoint: str, runs_dir: Path, data_dir: Path) -> None:
@@ -32,7 +33,7 @@ def _start(checkpoint: str, runs_dir: Path, data_dir: Path) -> None:
         cfg = teach_config(checkpoint, data_dir)
         run = registry().start(runs_dir, cfg, data_dir=data_dir)
     except (TeachError, CheckpointError, ConfigError, RunError, OSError) as exc:
-        st.session_state[_RESULT] = ("error", f"Teach it did not start: {exc}")
+        st.session_state[_RESULT] = ("error", f"Teach it did not start: {exc}", None)
         return
     st.session_state.pop(_RESULT, None)
     st.session_state["teaching"] = {"run": str(run.path), "from": checkpoint}
@@ -81,9 +82,9 @@ def _progress() -> None:
     st.rerun()
 
 
-def _result(run: Run, state: str | None, status: dict) -> tuple[str, str]:
+def _result(run: Run, state: str | None, status: dict) -> tuple[str, str, str | None]:
     if state != State.FINISHED:
-        return "error", f"Teach it ended {state}: {status.get('message')}"
+        return "error", f"Teach it ended {state}: {status.get('message')}", None
     report = read_report(run) or {}
     drawings = report.get("my_drawings") or {}
     held = _before_after(drawings, f"your {drawings.get('held_out', '?')} held-out drawings")
@@ -92,7 +93,8 @@ def _result(run: Run, state: str | None, status: dict) -> tuple[str, str]:
                 f"{held_out_ordinals()} drawing of each class is kept out of training for that)")
     said = [held, _before_after(report.get("validation"), f"{run.config().get('dataset')} validation"),
             _worst_class(report.get("validation"), report.get("classes") or [])]
-    return "success", f"Taught: now predicting with {run.id}'s best.pt. " + "; ".join(s for s in said if s) + "."
+    return ("success", f"Taught: now predicting with {run.id}'s best.pt. " + "; ".join(s for s in said if s) + ".",
+            str(run.best_ckpt.resolve()))
 
 
 def teach_panel(checkpoint: str, drawings: int, held_out: int, runs_dir: Path, data_dir: Path) -> None:
@@ -102,6 +104,9 @@ def teach_panel(checkpoint: str, drawings: int, held_out: int, runs_dir: Path, d
         _progress()
         return
     result = st.session_state.get(_RESULT)
+    if result and result[2] and result[2] != str(Path(checkpoint).resolve()):
+        st.session_state.pop(_RESULT)  # another checkpoint was picked since: "now predicting with" is no longer so
+        result = None
     if result:
         getattr(st, result[0])(result[1])
     ready = drawings >= MIN_TO_TEACH
@@ -112,7 +117,7 @@ def teach_panel(checkpoint: str, drawings: int, held_out: int, runs_dir: Path, d
                    f"peak lr {TEACH_DEFAULTS['lr']:g}); the new checkpoint is picked when it ends. Same as "
                    f"`python -m brnn_core teach CHECKPOINT`.")
     if not ready:
-        st.caption(f"Save {MIN_TO_TEACH - drawings} more drawing(s) of these classes to teach it "
+        st.caption(f"Save {plural(MIN_TO_TEACH - drawings, 'more drawing')} of these classes to teach it "
                    f"({drawings} of {MIN_TO_TEACH}).")
     st.caption(_evidence(drawings, held_out))
 

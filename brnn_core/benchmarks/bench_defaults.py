@@ -23,6 +23,7 @@ from brnn_core.benchmarks.rows import Row, alternate, median, ratio_row, through
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import DatasetError
 from brnn_core.runs.rundir import Run, list_runs
+from brnn_core.text import plural
 
 
 def dataset_for(ctx: Context) -> tuple[str, int]:
@@ -106,4 +107,4 @@ def bench_concurrent(ctx: Context) -> list[Row]:
             ratio_row("concurrent", "two at once / one alone", total, alone, target=1.0),
             Row("concurrent", "slower / faster of the two", "ratio", median(fair), "x", min(fair), max(fair),
                 len(fair), ">= 0.7", "yes" if median(fair) >= 0.7 else "no",
-                f"neither starves (bench process: {threads} thread(s))")]
+                f"neither starves (bench process: {plural(threads, 'thread')})")]

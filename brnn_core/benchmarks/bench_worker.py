@@ -22,6 +22,7 @@ from brnn_core.benchmarks.rows import Row, alternate, median, stat_row, throughp
 from brnn_core.benchmarks.sides import EngineTrainer
 from brnn_core.config import TrainConfig
 from brnn_core.runs.jobs import start_worker
+from brnn_core.text import plural
 from brnn_core.training.engine import evaluate
 from brnn_core.training.threads import cpu_threads
 
@@ -135,7 +136,8 @@ def bench_worker(ctx: Context) -> list[Row]:
     return [
         throughput_row("worker", "bare engine", eng,
                        f"{steps} steps, hidden {cfg.hidden_size}, batch {cfg.batch_size}, "
-                       f"log every {cfg.log_interval}, {threads} thread(s); a fresh process set up like the worker"),
+                       f"log every {cfg.log_interval}, {plural(threads, 'thread')}; a fresh process set up like the "
+                       "worker"),
         throughput_row("worker", "worker (wall time)", wrk, f"{window}, from metrics.csv elapsed_s"),
         throughput_row("worker", "worker (reported samples_per_s)", [r["reported"] for r in worker_runs],
                        "median of metrics.csv samples_per_s (what the dashboard shows)"),

@@ -7,6 +7,7 @@ also says whether the input looks like what the model was trained on (`inference
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,10 @@ class Predictor:
     def __init__(self, checkpoint: Checkpoint, device: str | torch.device = "cpu"):
         self.checkpoint = checkpoint
         self.device = torch.device(device)
-        self.model = checkpoint.build_model(self.device)
+        # eval for good: a Predictor never trains, and threads share it (the dashboard's sessions, its explanations'
+        # thread); `mode(model, False)` restores the mode it found, so a model left in train mode could be put back
+        # into it by one thread while another is still predicting
+        self.model = checkpoint.build_model(self.device).eval()
         self.classes = checkpoint.classes
         self.deslant = deslant_for(self.classes)  # a drawn digit is straightened; a drawn shirt is not
         # None for an uploaded or older checkpoint: probabilities as the model gives them (T = 1), "uncalibrated"
@@ -98,10 +102,11 @@ class Predictor:
         return None if x is None else prefix_probabilities(self.model, x, self.temperature)
 
     def attribution(self, image: np.ndarray | torch.Tensor, target: int | None = None, *, baseline: str = "black",
-                    randomized: bool = False) -> np.ndarray | None:
+                    randomized: bool = False, should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
         """(28, 28): how much each pixel of the model's input pushed class `target` (default: the
         predicted one), by integrated gradients from `baseline` (explain.BASELINES); None when the canvas is
-        blank. `randomized`: the same for a copy of the model with random weights (the sanity check).
+        blank. `randomized`: the same for a copy of the model with random weights (the sanity check). `should_stop`:
+        see explain.integrated_gradients (it raises explain.Stopped).
 
         Runs backward through the LSTM in eval mode with cuDNN off for the call (see brnn_core.inference.explain)."""
         self._check_target(target)
@@ -109,7 +114,7 @@ class Predictor:
         if x is None:
             return None
         model = self._randomized() if randomized else self.model
-        return integrated_gradients(model, x, target, baseline=baseline)[0]
+        return integrated_gradients(model, x, target, baseline=baseline, should_stop=should_stop)[0]
 
     def direction_saliency(self, image: np.ndarray | torch.Tensor,
                            target: int | None = None) -> DirectionSaliency | None:
@@ -126,8 +131,8 @@ class Predictor:
         return None if x is None else model_internals(self.model, x, rows)
 
     def row_importance(self, image: np.ndarray | torch.Tensor, target: int | None = None) -> np.ndarray | None:
-        """(28,): the drop in class `target`'s calibrated probability (default: the predicted class) when each
-        row is blanked in turn; None when blank."""
+        """(28,): the drop in class `target`'s calibrated log-odds (default: the predicted class) when each row
+        is blanked in turn (explain.row_importance); None when blank."""
         self._check_target(target)
         x = self.model_input(image)
         if x is None:

@@ -30,6 +30,7 @@ from brnn_core.runs.retention import resume_problem as pruned_problem
 from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config
 from brnn_core.runs.seeds import seed_configs
 from brnn_core.states import ACTIVE_STATES, State
+from brnn_core.text import plural
 
 WORKER_MODULE = "brnn_core.training.worker"
 
@@ -87,7 +88,7 @@ def finished_problem(run: Run, status: dict, live: dict) -> str | None:
         wanted = done  # the worker's own check words a bad value; here it only must not pass as more epochs
     if wanted > done:
         return None
-    return (f"run {run.id} has finished its {done} epoch{'s' if done != 1 else ''}, so resuming it would only test "
+    return (f"run {run.id} has finished its {plural(done, 'epoch')}, so resuming it would only test "
             f"it again; to train it longer, resume with more epochs (--resume {run.id} --set epochs={done + 1}), "
             f"or branch a new run from it (--from {run.id})")
 

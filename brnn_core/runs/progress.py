@@ -10,6 +10,9 @@ import sys
 import time
 from collections import deque
 
+from brnn_core.runs import job_queue
+from brnn_core.runs.job_queue import Machine
+from brnn_core.runs.rundir import Run
 from brnn_core.schedule import planned_lr
 from brnn_core.states import ACTIVE_STATES, State
 
@@ -84,6 +87,12 @@ def time_left(status: dict, batch_size: int | None = None) -> float | None:
     return eta_seconds(done, total, status.get("elapsed_s") or 0.0)
 
 
+def epoch_shown(completed: int, epochs: int | None) -> int:
+    """The epoch a run is in, counted as the progress line counts it: from 1, and the last one once all `epochs`
+    are done; `completed`: the epochs finished (a checkpoint's and status.json's `epoch`)."""
+    return min(completed + 1, epochs) if isinstance(epochs, int) and epochs > 0 else completed + 1
+
+
 def progress_text(status: dict, batch_size: int | None = None, pace: Pace | None = None) -> str:
     """'epoch 2/5 · step 90/225 · 1,234 samples/s · ETA 0:00:41' from a status.json ('' before it knows), the ETA
     at `pace` (the run's metrics.csv as `Pace.from_points` reads it) once it has one. A paused run says so instead
@@ -93,7 +102,7 @@ def progress_text(status: dict, batch_size: int | None = None, pace: Pace | None
         return ""
     live = status.get("live") or {}
     epochs = live.get("epochs", "?")
-    epoch = min((status.get("epoch") or 0) + 1, epochs if isinstance(epochs, int) else 1)
+    epoch = epoch_shown(status.get("epoch") or 0, epochs) if isinstance(epochs, int) else 1
     sps = status.get("samples_per_s")
     state = status.get("state")
     text = f"epoch {epoch}/{epochs} · step {done}/{total}"
@@ -152,3 +161,16 @@ class ProgressPrinter:
             if now - self.last >= 5.0:
                 self.last = now
                 print(info["message"], flush=True)
+
+
+def queue_place(run: Run, machine: Machine | None = None) -> str | None:
+    """Where a queued `run` stands, as its worker says it once it is in line ('queued: 1st in line, behind run X
+    on cpu'), read from the runs folder (so also before its worker has said it); None when nothing is ahead of it
+    or holds its device: it starts now. (A device held by a process that is not a job shows only to the worker.)"""
+    view = job_queue.scan(run.path.parent, machine or Machine.here())
+    me = next((entry for entry in view.waiting if entry.job_id == run.id), None)
+    if me is None:
+        return None
+    if all(slot in view.holders for slot in job_queue.open_slots(me, view)):
+        return job_queue.place(me, view)
+    return None

@@ -108,3 +108,12 @@ def outcomes(events: list[dict], sent: dict[str, str]) -> list[Outcome]:
         else:
             found.append(Outcome(label, OUTCOMES.get(event.get("kind"), "refused"), event.get("message", "")))
     return found
+
+
+def event_text(event: dict) -> str:
+    """One event of events.jsonl for people: its kind, then its message, unless the message starts with the kind
+    already ("finished: test accuracy ...", "stopped at step 9", "resumed from ...", "epoch 2: ..."): then once."""
+    kind, message = str(event.get("kind") or ""), str(event.get("message") or "")
+    first = message.split(maxsplit=1)[0].rstrip(":,") if message else ""
+    return message if kind and first.startswith(kind) else f"{kind}: {message}"
+

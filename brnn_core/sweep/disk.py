@@ -15,6 +15,7 @@ from brnn_core.runs.retention import delete_checkpoints, size_text
 from brnn_core.runs.rundir import Run, write_problem
 from brnn_core.states import State
 from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, ranked
+from brnn_core.text import plural
 
 
 def prunable(status: dict) -> bool:
@@ -46,7 +47,8 @@ def prune_sweep(sweep: Sweep, keep_best: int, ranking: list[str] | None = None) 
         pruned = {"last.pt": int(before.get("last.pt", 0)) + len(removed),
                   "bytes": int(before.get("bytes", 0)) + total}
         sweep.write(pruned={**before, **pruned})
-        sweep.log_event("pruned", f"removed last.pt of {len(removed)} trial(s), {size_text(total)}", runs=removed)
+        sweep.log_event("pruned", f"removed last.pt of {plural(len(removed), 'trial')}, {size_text(total)}",
+                        runs=removed)
     return removed
 
 

@@ -18,6 +18,7 @@ import torch
 from brnn_core.config import AUTO_HEAD, ConfigError, TrainConfig, load_train_config, train_values
 from brnn_core.sweep.records import METRICS, new_sweep_id, sweeps_dir
 from brnn_core.sweep.space import SearchSpec, SweepError, default_samples, parse_search, trial_count
+from brnn_core.text import plural
 
 SCHEDULERS = ("fifo", "asha", "pbt")
 SEARCH_ALGS = ("random", "tpe")  # tpe: Optuna's Tree-structured Parzen Estimator through Ray Tune's OptunaSearch
@@ -262,7 +263,7 @@ def resources(request: SweepRequest, cfg: TrainConfig, total: int, *, local: boo
         raise SweepError(f"--gpus-per-trial {gpus:g}: this machine has no CUDA GPU; drop --gpus-per-trial to train "
                          "on the CPU, or give --address of a cluster with GPUs")
     if gpus_here and gpus > gpus_here:  # no trial could ever be placed: the sweep would wait forever
-        raise SweepError(f"--gpus-per-trial {gpus:g}: this machine has {gpus_here} GPU(s); ask for at most "
+        raise SweepError(f"--gpus-per-trial {gpus:g}: this machine has {plural(gpus_here, 'GPU')}; ask for at most "
                          f"{gpus_here}, or give --address of a cluster with bigger machines")
     if gpus == 0 and cfg.device.startswith("cuda"):
         raise SweepError(f"device {cfg.device} needs a GPU for each trial: add --gpus-per-trial (0.25 shares one GPU "
@@ -305,6 +306,6 @@ def describe(plan: SweepPlan, *, with_id: bool = True) -> str:
         if plan.scheduler == "asha" else ""
     search = f"; search {plan.search_alg}" if plan.search_alg != "random" else ""
     budget = f"; time budget {plan.time_budget_s / 60:g} min" if plan.time_budget_s else ""
-    return (f"{f'sweep {plan.sweep_id}: ' if with_id else ''}{plan.trials} trial(s) of {space}; scheduler "
+    return (f"{f'sweep {plan.sweep_id}: ' if with_id else ''}{plural(plan.trials, 'trial')} of {space}; scheduler "
             f"{plan.scheduler}{asha} on {plan.metric}{search}{budget}; {plan.concurrency} at a time, "
             f"{plan.cpus_per_trial:g} CPU{gpu} each; {where}")

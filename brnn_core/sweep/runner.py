@@ -39,6 +39,7 @@ from brnn_core.sweep.records import (
     write_best_config,
 )
 from brnn_core.sweep.space import SweepError
+from brnn_core.text import plural
 
 REPO = Path(__file__).resolve().parents[2]
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0",  # no usage reports (no traffic off this machine)
@@ -130,8 +131,8 @@ def run_sweep(plan: SweepPlan, request: SweepRequest, runs_dir: Path, data_dir: 
         if plan.address:
             fit_cluster(plan, request, ray.cluster_resources())
             nodes = check_cluster(ray, runs_dir, data_dir)  # before any trial: every node sees the folders
-            printer(f"cluster check: {len(nodes)} node(s) with CPUs see {runs_dir} and {data_dir} and run the same "
-                    "brnn_core")
+            printer(f"cluster check: {plural(len(nodes), 'node')} with CPUs see {runs_dir} and {data_dir} and run "
+                    "the same brnn_core")
         printer(describe(plan))
         sweep = create_sweep(plan, sweep_dir, ray_dir, data_dir)
         if nodes is not None:
@@ -280,7 +281,7 @@ def resume_checked(sweep: Sweep, printer=print, time_budget_min: float | None = 
                     resumed=[*(info.get("resumed") or []), time.time()],
                     resume_budget_s=None if time_budget_min is None else 60.0 * time_budget_min)
         budget = "" if time_budget_min is None else f", time budget {time_budget_min:g} min"
-        sweep.log_event("resume", f"resumed ({len(interrupted)} interrupted trial(s){budget})")
+        sweep.log_event("resume", f"resumed ({plural(len(interrupted), 'interrupted trial')}{budget})")
         printer(f"resuming {describe(plan)}")
         from brnn_core.sweep.tuning import build_tuner  # lazy: imports ray, only once prepare_env has run
 

@@ -31,6 +31,7 @@ from brnn_core.sweep.records import (
     trial_run_id,
     write_best_config,
 )
+from brnn_core.text import plural
 
 RUNNING_FILE = "running.json"  # in the sweep folder: the trials Tune runs now (the callback's, for the stopper)
 
@@ -224,10 +225,10 @@ class SweepCallback(Callback):
                                                           "min ran out (last.pt kept: `sweep --resume` continues it)"} \
             if budget else {}
         busy = self.tell_to_stop()
-        self.control.sweep.log_event("stop", f"{'time budget' if budget else 'stop'}: {len(busy)} training "
-                                             "trial(s) told to stop")
-        self.printer(f"{'time budget reached, ' if budget else ''}stopping: {len(busy)} trial(s) save last.pt and "
-                     "end; no new trial starts")
+        self.control.sweep.log_event("stop", f"{'time budget' if budget else 'stop'}: "
+                                             f"{plural(len(busy), 'training trial')} told to stop")
+        self.printer(f"{'time budget reached, ' if budget else ''}stopping {plural(len(busy), 'trial')}: each "
+                     "saves last.pt and ends; no new trial starts")
 
     def tell_to_stop(self) -> list[Run]:
         """Send the sweep's stop to every training trial not sent it yet; returns those sent it now."""

@@ -19,6 +19,7 @@ from torch import nn
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import DatasetError
 from brnn_core.data.drawings import as_tensors, drawings_dir, held_out_ordinals, list_drawings
+from brnn_core.text import plural
 from brnn_core.training.engine import evaluate
 
 
@@ -77,6 +78,14 @@ class DrawingMix:
         after = self.held_out_accuracy(model)
         entry = {**recorded, "after": after}
         return entry, summary_line(entry)
+
+
+def mix_line(entry: dict) -> str:
+    """'8 of your drawings mixed into training, each shown 127 times an epoch (20% of its images)': what a run's
+    `my_drawings` entry means, for a reader who has not seen `repeats`."""
+    share = f" ({100 * entry['share']:g}% of its images)" if entry.get("share") else ""
+    return (f"{entry.get('train', 0):,} of your drawings mixed into training, each shown "
+            f"{plural(entry.get('repeats', 1), 'time')} an epoch{share}")
 
 
 def summary_line(entry: dict) -> str:

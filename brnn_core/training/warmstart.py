@@ -21,8 +21,10 @@ from brnn_core.fileio import keep_rows
 from brnn_core.model import network_name
 from brnn_core.runs.branch import PARENT_CKPT, parent_of
 from brnn_core.runs.gradient_flow import drop_from
+from brnn_core.runs.progress import epoch_shown
 from brnn_core.runs.protocol import ACKS, SET, change_message
 from brnn_core.runs.rundir import Run
+from brnn_core.text import plural
 from brnn_core.training.recorder import Position, best_score
 
 
@@ -123,8 +125,9 @@ def initial_checkpoint(cfg: TrainConfig, classes: list[str]) -> Checkpoint | Non
     fixed = ("cell", "bidirectional", "hidden_size", "num_layers", "head", "input_scale")
     if any(getattr(mc, k) != getattr(cfg, k) for k in fixed):
         raise CheckpointError(f"init_from {path} is a {network_name(mc)} of hidden {mc.hidden_size}, "
-                              f"{mc.num_layers} layers with head {mc.head} and input_scale {mc.input_scale}; this run "
-                              f"asks for a {network_name(cfg)} of hidden {cfg.hidden_size}, {cfg.num_layers} layers, "
+                              f"{plural(mc.num_layers, 'layer')} with head {mc.head} and input_scale {mc.input_scale}; "
+                              f"this run asks for a {network_name(cfg)} of hidden {cfg.hidden_size}, "
+                              f"{plural(cfg.num_layers, 'layer')}, "
                               f"head {cfg.head}, input_scale {cfg.input_scale}: {fix}")
     if mc.num_classes != len(classes) or (not ckpt.bare and list(ckpt.classes) != list(classes)):
         raise CheckpointError(f"init_from {path} predicts {', '.join(ckpt.classes)}, but {cfg.dataset} has "
@@ -154,8 +157,9 @@ def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
         else math.inf
     dropped = drop_metrics_after(run, ckpt.step)
     drop_from(run.gradient_flow_path, ckpt.step)  # measured again at this step, on the same weights, if due
-    run.log_event("resume", f"resumed from {'last.pt' if source is None else source} at epoch {ckpt.epoch}, "
-                            f"step {ckpt.step}"
+    epochs = (run.read_status().get("live") or {}).get("epochs")  # the epoch as its progress line counted it
+    run.log_event("resume", f"resumed from {'last.pt' if source is None else source} in epoch "
+                            f"{epoch_shown(ckpt.epoch, epochs)}, step {ckpt.step}"
                   + (f" ({dropped} metric rows logged after that checkpoint were dropped)" if dropped else ""),
                   step=ckpt.step)
     return Position(ckpt.epoch, ckpt.batch_in_epoch, ckpt.step, best_val), dict(ckpt.train_config.get("live") or {})

@@ -1,0 +1,89 @@
+"""The Predict page follows the canvas as drawn, in a real browser: a digit drawn in two quick strokes.
+
+A stroke's rerun computes the model input and the answer only; the explanations are worked out in the background
+(ui/explaining.py), so the second stroke's rerun never waits behind the first one's integrated gradients. The
+test records every state the page passes through (a MutationObserver), then checks against the canvas itself:
+the final drawing's answer was on screen while its explanations were still being worked out (they never held it
+back), and in the end the 28×28 input shown, the answer and the row-by-row chart are all the final drawing's.
+
+Skipped without Chromium unless BRNN_REQUIRE_BROWSER=1.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import pytest
+from browser_server import browser_page, require_browser, start_server, stop_server
+from helpers import copy_run
+from PIL import Image
+
+from benchmarks.stroke_to_prediction import CANVAS, DRAWN, FOUR, SETTLED_JS, draw, record, recorded
+from brnn_core.charts import READING_TITLE
+from brnn_core.inference.predictor import Predictor
+
+try:
+    from playwright.sync_api import expect
+except ImportError:
+    expect = None
+
+require_browser()
+
+pytestmark = pytest.mark.browser
+T = 120_000  # ms
+if expect is not None:
+    expect.set_options(timeout=T)
+READING_INPUT_JS = f"""() => {{
+    const p = [...document.querySelectorAll('.js-plotly-plot')].find(p => p._fullLayout
+        && String(p._fullLayout.title.text).includes({READING_TITLE!r}));
+    return p ? p._fullData[0].z.map(row => Array.from(row)) : null;
+}}"""
+
+
+@pytest.fixture(scope="module")
+def server(trained_run, tmp_path_factory):
+    root = tmp_path_factory.mktemp("predict-walk")
+    copy_run(trained_run, root / "runs")
+    srv = start_server(root / "runs", root / "data", root / "server.log")
+    yield srv
+    stop_server(srv)
+
+
+def canvas_rgba(page) -> np.ndarray:
+    """The canvas as drawn (Fabric's lower canvas holds the strokes), RGBA."""
+    url = page.locator(DRAWN).evaluate("c => c.toDataURL('image/png')")
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGBA"))
+
+
+def shown_input(page, src: str) -> np.ndarray:
+    """The 28×28 image the page shows (drawn 6× larger), back at 28×28 in [0, 1]."""
+    body = page.request.get(src).body()
+    big = np.asarray(Image.open(io.BytesIO(body)).convert("L"), dtype=np.float32) / 255
+    return big.reshape(28, 6, 28, 6).mean(axis=(1, 3))
+
+
+def test_two_quick_strokes_show_the_final_drawings_input_and_answer(server, trained_run, tmp_path):
+    predictor = Predictor.from_checkpoint(trained_run.best_ckpt)
+    with browser_page(tmp_path / "last.png", T) as page:
+        page.goto(f"{server.url}/predict")
+        expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.")).to_be_visible()
+        expect(page.locator(CANVAS)).to_be_visible()
+        page.wait_for_load_state("networkidle")
+        record(page)
+        draw(page, FOUR)
+        page.wait_for_function(SETTLED_JS, timeout=T)
+        page.wait_for_load_state("networkidle")
+
+        x = predictor.model_input(canvas_rgba(page)).numpy()  # what the model must see for the canvas as it is
+        expected = predictor.classes[predictor.assess(x).top]
+        assert page.locator("[data-testid=stMetricValue]").inner_text() == expected
+        np.testing.assert_allclose(np.asarray(page.evaluate(READING_INPUT_JS)), x, atol=1e-4)  # explained: this one
+        src = page.locator("[data-testid=stImage] img").first.get_attribute("src")
+        assert np.abs(shown_input(page, src) - x).max() < 0.1  # the image is a JPEG: close, not equal
+
+        states, _ = recorded(page)
+        # the final answer came first, its explanations after: they never held a stroke's answer back
+        assert any(s["src"] and s["src"].endswith(src.rsplit("/", 1)[-1]) and s["verdict"] == expected and s["working"]
+                   for s in states), states[-5:]
