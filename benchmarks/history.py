@@ -5,7 +5,7 @@
 One complete finished run is hard-linked under new ids until the folder holds N runs; for each N it times
 runs_table, the RunIndex, each page's first render and rerun (AppTest, server time, medians) and a Predict
 stroke. `--drawings N` saves drawings first, so every checkpoint has a score (computed once, timed). What each
-row means and its target: benchmarks/README.md, "Run history".
+row means and its target: benchmarks/README.md, "Targets and latest results".
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 
+from benchmarks.harness.bench_predict import synthetic_canvas
 from brnn_core import charts
-from brnn_core.benchmarks.bench_predict import synthetic_canvas
 from brnn_core.checkpoint import save_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.canvas import prepare

@@ -135,7 +135,16 @@ def test_usage_names_the_command_the_user_typed(argv0, prog, monkeypatch, capsys
     with pytest.raises(SystemExit):
         main()
     assert capsys.readouterr().out.startswith(f"usage: {prog} train ")
-    monkeypatch.setattr("sys.argv", [argv0, "bench", "--help"])
+    monkeypatch.setattr("sys.argv", [argv0, "runs", "--help"])
     with pytest.raises(SystemExit):
         main()
-    assert capsys.readouterr().out.startswith(f"usage: {prog} bench ")
+    assert capsys.readouterr().out.startswith(f"usage: {prog} runs ")
+
+
+def test_bench_says_where_the_suite_runs_from(capsys):
+    """The suite is measurement code, not part of the installed package: `bench` says how to run it."""
+    from brnn_core.cli import main
+
+    assert main(["bench", "--quick", "--only", "train"]) == 2
+    err = capsys.readouterr().err
+    assert "make bench" in err and "python -m benchmarks" in err
