@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    DIVERGING,
     SMALL_MODEL,
     THREADS,
+    TINY,
+    cli_in_process,
     kill_workers,
+    make_run,
     refused_proxy,
     torch_threads,
     train_run,
@@ -96,6 +100,14 @@ def dead_proxy_env(monkeypatch) -> str:
     return proxy
 
 
+# ------------------------------------------------------------------ the CLI
+@pytest.fixture
+def brnn(monkeypatch, capsys):
+    """`brnn(ARGS, runs_dir, data_dir)`: the CLI in this process (helpers.cli_in_process), called like
+    helpers.run_cli and answering like it. For what ends without a worker: bad input (exit 2), listings, tags."""
+    return lambda args, runs_dir, data_dir: cli_in_process(args, runs_dir, data_dir, monkeypatch, capsys)
+
+
 # ------------------------------------------------------------------ data and trained models
 @pytest.fixture(scope="session")
 def sample():
@@ -138,6 +150,20 @@ def gru_one_way(tmp_path_factory) -> Run:
     run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=8, cell="gru", bidirectional=False,
                            drawn_share=0.0)
     assert state == "finished", run.status()
+    return run
+
+
+@pytest.fixture(scope="session")
+def diverged(tmp_path_factory) -> Run:
+    """The session's one real diverging run, trained once in this process (read-only; copy_run it to change it):
+    TINY with SGD at lr 10 and weight decay 1 (helpers.DIVERGING), whose loss explodes, finite, within the first
+    epoch. test_worker.py reads how it ended, test_divergence.py how its loss exploded."""
+    from brnn_core.training.worker import train_run_dir
+
+    root = tmp_path_factory.mktemp("diverged")
+    run = make_run(root / "runs", base={**TINY, "epochs": 2, "augment": "off"}, **DIVERGING)
+    state = train_run_dir(run, data_dir=root / "data")
+    assert state == "diverged", run.status()
     return run
 
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import SAMPLE_TRAIN_IMAGES, SMALL_MODEL, run_cli, train_run
+from helpers import SAMPLE_TRAIN_IMAGES, SMALL_MODEL, train_run
 from PIL import Image
 from test_inference import SEVEN, drawing
 
@@ -194,9 +194,9 @@ def test_config_fields_for_drawings(tmp_path, trained_ckpt):
     assert "no checkpoint file" in err.value.errors["init_from"]
 
 
-def test_cli_refuses_a_missing_init_checkpoint(tmp_path):
-    proc = run_cli(["train", "--set", "my_drawings=0.2", "--set", "init_from=/no/such.pt"], tmp_path / "runs",
-                   tmp_path / "data", timeout=120)
+def test_cli_refuses_a_missing_init_checkpoint(brnn, tmp_path):
+    proc = brnn(["train", "--set", "my_drawings=0.2", "--set", "init_from=/no/such.pt"], tmp_path / "runs",
+                tmp_path / "data")
     assert proc.returncode == 2, proc.stderr
     assert "init_from: no checkpoint file '/no/such.pt'" in proc.stderr
 

@@ -14,6 +14,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import DIVERGING as DIVERGING_SETTINGS
 from helpers import STEPS_PER_EPOCH, make_run, torch_threads, train_run, wait_for
 from torch import nn
 
@@ -340,29 +341,8 @@ def test_same_seed_same_cpu_loss_curve_different_seed_different(runs_dir):
     assert curves[0] != curves[2] and vals[0] != vals[2]
 
 
-# SGD with weight decay 1.0 at lr 10 multiplies every weight by (1 - lr * wd) = -9 per step:
-# the weights overflow to inf within ~40 steps, whatever the data. A real config, no hooks.
-DIVERGING = {"optimizer": "sgd", "lr": 10.0, "momentum": 0.9, "weight_decay": 1.0,
-             "hidden_size": 16, "num_layers": 1}
-
-
-@pytest.mark.slow
-def test_divergence_is_reported_with_advice(runs_dir, monkeypatch):
-    monkeypatch.setattr(recorder, "CHECKPOINT_EVERY_S", 1e9)  # no mid-epoch save
-    run, state = train_run(runs_dir, epochs=2, log_interval=2, **DIVERGING)
-    assert state == "diverged"
-    status = run.status()
-    assert status["state"] == "diverged" and status["step"] < STEPS_PER_EPOCH  # stopped within the first epoch
-    assert "Lower the learning rate (now 10)" in status["message"]
-    # Only the step-0 last.pt (saved when training starts) exists; the message names just that file.
-    assert "last.pt holds only the untrained starting weights" in status["message"]
-    assert "best.pt" not in status["message"] and "weight decay (now 1)" in status["message"]
-    assert not run.best_ckpt.exists()
-    start = load_checkpoint(run.last_ckpt)
-    assert (start.epoch, start.step) == (0, 0)
-    assert [e["kind"] for e in run.events()][-1] == "diverged"
-    metrics = run.metrics()
-    assert "test" not in set(metrics.split)  # a diverged run is not evaluated on the test set
+# helpers.DIVERGING on a small model (the session's diverging run from its start: conftest's `diverged`)
+DIVERGING = {**DIVERGING_SETTINGS, "hidden_size": 16, "num_layers": 1}
 
 
 @pytest.mark.slow
