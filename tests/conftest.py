@@ -1,5 +1,6 @@
-"""Shared fixtures for the brnn_core tests: tmp run/data folders, an unroutable network, and small models
-trained once per session on the real mnist-sample. Plain helper functions are in helpers.py.
+"""Shared fixtures for the brnn_core tests: tmp run/data folders, an unroutable network, the in-process CLI, and
+one small model and one diverging run trained once per session on the real mnist-sample. Plain helper functions
+are in helpers.py; a new test uses these rather than training a model of its own.
 
 Everything runs on CPU with real files and real (tiny) training; nothing here touches the internet.
 pyproject.toml puts the repository root and tests/ on sys.path (`pythonpath`), for `pytest` and
@@ -28,9 +29,6 @@ from helpers import (
 from zygote import Zygote
 
 from brnn_core.runs.rundir import Run
-
-# The small model every inference/checkpoint/CLI test shares: 2 epochs of hidden 32 on mnist-sample
-# reach about 87% test accuracy on CPU in a few seconds.
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -118,28 +116,21 @@ def sample():
 
 
 @pytest.fixture(scope="session")
-def trained_run(tmp_path_factory) -> Run:
-    """One small model trained once (CPU, mnist-sample); its checkpoints are shared read-only."""
-    root = tmp_path_factory.mktemp("trained")
+def finished(tmp_path_factory) -> Run:
+    """The session's one trained model: a small finished run (helpers.SMALL_MODEL: hidden 16, 1 epoch), trained
+    once, good enough to read digits. Read-only: tests that change it copy it (helpers.copy_run).
+
+    Its lr is constant (the blog's recipe), so a branch or resume of it trains at exactly the lr it is given."""
+    root = tmp_path_factory.mktemp("finished")
     run, state = train_run(root / "runs", root / "data", **SMALL_MODEL)
     assert state == "finished", run.status()
     return run
 
 
 @pytest.fixture(scope="session")
-def trained_ckpt(trained_run: Run) -> Path:
-    return trained_run.best_ckpt
-
-
-@pytest.fixture(scope="session")
-def finished(tmp_path_factory) -> Run:
-    """One small finished run (hidden 16, 1 epoch), trained once per session; tests copy it (helpers.copy_run).
-
-    Its lr is constant (the blog's recipe), so a branch or resume of it trains at exactly the lr it is given."""
-    root = tmp_path_factory.mktemp("finished")
-    run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=16, lr_schedule="constant")
-    assert state == "finished", run.status()
-    return run
+def trained_ckpt(finished: Run) -> Path:
+    """The shared model's best.pt (`finished`), for the inference, checkpoint and CLI tests."""
+    return finished.best_ckpt
 
 
 @pytest.fixture(scope="session")

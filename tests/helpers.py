@@ -35,8 +35,9 @@ REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "streamlit_app.py"
 THREADS = 1  # torch threads in the test process and in every worker it starts (see the module docstring)
 
-# The session's trained model (conftest's `finished`) and the runs that fine-tune like it.
-SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
+# The session's one trained model (conftest's `finished`) and the runs that fine-tune like it: hidden 16 in the
+# default 2 layers, one epoch at a constant lr.
+SMALL_MODEL = {"hidden_size": 16, "epochs": 1, "lr_schedule": "constant"}
 
 # mnist-sample, the real dataset the training tests use: its 4,500 training digits less TrainConfig's
 # val_fraction (0.1) held out for validation leave the images an epoch trains on (test_worker checks this

@@ -2,7 +2,7 @@
 
 SGD at lr=10 takes a model's loss from 2.3 to hundreds within a few steps while every number stays finite; before,
 such a run ended "finished" at chance accuracy. Real short runs: the session's diverging run (conftest's
-`diverged`), a good epoch that explodes on resume, a noisy healthy run.
+`diverged`), the session's good epoch (`finished`) exploding on resume, a noisy healthy run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from helpers import STEPS_PER_EPOCH, train_run
+from helpers import STEPS_PER_EPOCH, copy_run, train_run
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.training.engine import EXPLODED_FACTOR, EXPLODED_LOGS, ExplosionWatch
@@ -52,17 +52,13 @@ def test_a_finite_explosion_ends_diverged_with_what_to_change(diverged):
     assert event["message"] == message
 
 
-@pytest.mark.slow
-def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
-    run, state = train_run(tmp_path / "runs", tmp_path / "data", optimizer="sgd", lr=1.0, hidden_size=32,
-                           epochs=1, augment="off", lr_schedule="constant", input_scale="unit",
-                           drawn_share=0.0)  # the blog's recipe
-    assert state == "finished"
+def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(finished, tmp_path):
+    run = copy_run(finished, tmp_path / "runs")  # one good epoch at a constant lr (conftest's `finished`)
     good = load_checkpoint(run.last_ckpt)
     assert good.step == STEPS_PER_EPOCH and good.metrics["val_acc"] > 0.2  # learnt something (chance is 0.1)
     run.send_command("set", field="epochs", value=2)
     run.send_command("set", field="lr", value=10.0)  # the user raises lr far too high and resumes
-    assert train_run_dir(run, data_dir=tmp_path / "data", resume=True) == "diverged"
+    assert train_run_dir(run, data_dir=finished.path.parents[1] / "data", resume=True) == "diverged"
     message = run.status()["message"]
     # either check may catch it first: the logged training loss or the epoch's validation loss, far above guessing
     assert ("the training loss stayed above 23.0" in message or "is above 23.0" in message) and "(now 10)" in message

@@ -207,7 +207,7 @@ def test_fine_tune_with_drawings_mixed_in(tmp_path, sample, trained_ckpt):
     pick = torch.cat([torch.nonzero(sample.train_y == c).flatten()[:3] for c in range(5)])  # 3 each of 0-4
     saved = save_many(data_dir, sample.train_x[pick], sample.train_y[pick])
     assert sum(d.held_out for d in saved) == 5  # the third of each class
-    run, state = train_run(tmp_path / "runs", data_dir, **{**SMALL_MODEL, "epochs": 1}, my_drawings=0.2,
+    run, state = train_run(tmp_path / "runs", data_dir, **SMALL_MODEL, my_drawings=0.2,
                            init_from=str(trained_ckpt))
     assert state == "finished", run.status()
     mix = run.config()["my_drawings"]
@@ -235,10 +235,10 @@ def test_asking_for_drawings_when_there_are_none_fails_clearly(tmp_path):
 
 
 def test_init_from_another_architecture_fails_clearly(tmp_path, trained_ckpt):
-    run, state = train_run(tmp_path / "runs", tmp_path / "data", hidden_size=16, epochs=1,
+    run, state = train_run(tmp_path / "runs", tmp_path / "data", hidden_size=8, epochs=1,
                            init_from=str(trained_ckpt))
     assert state == "failed"
-    assert ("set cell=lstm bidirectional=true hidden_size=32 num_layers=2 head=bidir input_scale=standard to match it"
+    assert ("set cell=lstm bidirectional=true hidden_size=16 num_layers=2 head=bidir input_scale=standard to match it"
             in run.status()["message"])
 
 

@@ -14,8 +14,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DIVERGING as DIVERGING_SETTINGS
-from helpers import STEPS_PER_EPOCH, make_run, torch_threads, train_run, wait_for
+from helpers import STEPS_PER_EPOCH, copy_run, torch_threads, train_run
 from torch import nn
 
 from brnn_core.checkpoint import load_checkpoint
@@ -341,25 +340,15 @@ def test_same_seed_same_cpu_loss_curve_different_seed_different(runs_dir):
     assert curves[0] != curves[2] and vals[0] != vals[2]
 
 
-# helpers.DIVERGING on a small model (the session's diverging run from its start: conftest's `diverged`)
-DIVERGING = {**DIVERGING_SETTINGS, "hidden_size": 16, "num_layers": 1}
-
-
 @pytest.mark.slow
-def test_divergence_keeps_the_last_good_checkpoint(runs_dir, monkeypatch):
-    """Train one sane epoch, then raise lr to 10 live: the run diverges in a later epoch and the
+def test_divergence_keeps_the_last_good_checkpoint(finished, tmp_path, monkeypatch):
+    """After a sane epoch (a copy of conftest's `finished`) lr goes to 10: the run diverges in a later epoch and the
     checkpoints on disk still hold finite weights (also with a mid-epoch save at every log)."""
     monkeypatch.setattr(recorder, "CHECKPOINT_EVERY_S", 0.0)  # save last.pt at every log point
-    run = make_run(runs_dir, epochs=6, log_interval=1, **{**DIVERGING, "lr": 0.01})
-
-    def raise_lr_after_first_epoch():
-        wait_for(run.best_ckpt.exists, 120, "the first epoch's best.pt")
-        run.send_command("set", field="lr", value="10")
-
-    sender = threading.Thread(target=raise_lr_after_first_epoch, daemon=True)
-    sender.start()
-    state = train_run_dir(run, data_dir=runs_dir)
-    sender.join(timeout=5)
+    run = copy_run(finished, tmp_path / "runs")
+    run.send_command("set", field="epochs", value=6)
+    run.send_command("set", field="lr", value="10")
+    state = train_run_dir(run, data_dir=finished.path.parents[1] / "data", resume=True)
     assert state == "diverged", run.status()
     status = run.status()
     assert "Lower the learning rate (now 10)" in status["message"]
