@@ -304,20 +304,20 @@ def test_before_step_false_stops_the_epoch(sample):
 # ------------------------------------------------------------------ real training on CPU
 @pytest.mark.slow
 def test_default_config_learns_mnist_sample(runs_dir):
-    # The blog's defaults (hidden 128, 2 layers, batch 100, Adam lr 0.01) with 3 epochs instead of 2.
-    # Measured on CPU, test accuracy for seeds 0/1/2: 93.0/90.6/93.2% with one thread (as here) and
-    # 92.2/91.2/92.8% with two; final val accuracy 89.1-92.0%. Asserting 88% leaves 2.6 points to spare.
-    run, state = train_run(runs_dir, epochs=3, seed=0)
+    # Every default (the blog's hidden 128, 2 layers, batch 100, Adam lr 0.01, and this project's recipe) for one
+    # epoch: on one thread, as here, seeds 0, 1 and 2 each clear both bars below with points to spare (more epochs
+    # only cost the suite time; the accuracy of the defaults' full training is a benchmark: benchmarks/README.md).
+    run, state = train_run(runs_dir, epochs=1, seed=0)
     assert state == "finished", run.status()
     status = run.status()
     assert status["test_acc"] >= 0.88, status
     metrics = run.metrics()
     val = metrics[metrics.split == "val"]
-    assert val.epoch.tolist() == [1, 2, 3]
+    assert val.epoch.tolist() == [1]
     assert val.accuracy.iloc[-1] >= 0.85
     train = metrics[metrics.split == "train"]
     assert train.loss.iloc[-1] < 0.6 * train.loss.iloc[0]  # it learned
-    assert train.step.is_monotonic_increasing and status["step"] == 3 * STEPS_PER_EPOCH
+    assert train.step.is_monotonic_increasing and status["step"] == STEPS_PER_EPOCH
     assert metrics[metrics.split == "test"].accuracy.iloc[-1] == pytest.approx(status["test_acc"], abs=1e-5)
     best = load_checkpoint(run.best_ckpt)
     assert best.metrics["val_loss"] == pytest.approx(val.loss.min(), rel=1e-4)
