@@ -26,8 +26,8 @@ import torch
 
 from benchmarks import drawn_digits
 from benchmarks.handwriting import DEFAULT_TEST, mnist_test, train
-from benchmarks.harness.machine import cpu_model
 from brnn_core.devices import cpu_has_bf16
+from brnn_core.environment import cpu_model
 from brnn_core.model import RecurrentClassifier
 from brnn_core.runs.rundir import Run
 from brnn_core.training import engine

@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from benchmarks.experiments.heads import SMOKE_SETS, train_one
-from benchmarks.harness.machine import cpu_model
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.loading import load_dataset
+from brnn_core.environment import cpu_model
 from brnn_core.runs.rundir import Run
 from brnn_core.training.allocator import tune_malloc
 from brnn_core.training.engine import evaluate

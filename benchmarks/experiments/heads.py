@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness.machine import cpu_model
+from brnn_core.environment import cpu_model
 from brnn_core.runs.rundir import Run, list_runs
 
 ROOT = Path(__file__).resolve().parents[2]
