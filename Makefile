@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 bench: $(STAMP)
-	$(PY) -m brnn_core bench
+	$(PY) -m benchmarks
 
 # everything the CUDA path must prove (benchmarks/README.md, "GPU"); one line and exit 0 without CUDA.
 # Fashion-MNIST from $$BRNN_DATA_DIR. On a GPU machine without this venv: python3 -m benchmarks.cuda_check --data-dir DIR

@@ -1,2 +1,4 @@
-"""What a maintainer reruns to check this project's targets: run each as `python -m benchmarks.NAME` from the
-repository root; README.md says how, what it measures, its target and the latest result."""
+"""What a maintainer measures, in one home outside the installed package; run from the repository root:
+`python -m benchmarks` (the suite, harness/), `python -m benchmarks.NAME` (a script that checks one target) and
+`python -m benchmarks.experiments.NAME` (a study behind a decision record, each with `--smoke`). README.md says
+how, what each measures, its target and the latest result; docs/decisions/ says why."""

@@ -20,9 +20,9 @@ import torch
 
 from benchmarks import cuda_checks_entrypoints as entrypoints
 from benchmarks import cuda_checks_training as training
-from brnn_core.benchmarks.machine import machine_info
-from brnn_core.benchmarks.results import clean_rows, format_table, row_dict
-from brnn_core.benchmarks.rows import Row
+from benchmarks.harness.machine import machine_info
+from benchmarks.harness.results import clean_rows, format_table, row_dict
+from benchmarks.harness.rows import Row
 from brnn_core.data.datasets import IDX_FILES, DatasetError, find_files
 from brnn_core.data.loading import load_dataset
 from brnn_core.fileio import atomic_write

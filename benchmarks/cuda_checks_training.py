@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from benchmarks.harness import blog_baseline as blog
+from benchmarks.harness.rows import alternate
+from benchmarks.harness.sides import BlogTrainer, EngineTrainer
 from brnn_core.autocast_probe import lstm_autocast_dtype
-from brnn_core.benchmarks import blog_baseline as blog
-from brnn_core.benchmarks.rows import alternate
-from brnn_core.benchmarks.sides import BlogTrainer, EngineTrainer
 from brnn_core.config import TrainConfig
 from brnn_core.devices import cpu_has_bf16
 from brnn_core.model import ModelConfig, RecurrentClassifier

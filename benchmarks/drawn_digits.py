@@ -5,7 +5,7 @@
 Each digit's skeleton is redrawn by `brnn_core.data.strokes.render` (random brush, size, slant, rotation, place on
 a 280x280 RGBA canvas) and scored through the whole canvas path (`Predictor.predict`). The script checks that no
 test digit's bytes occur in the train split. Training sees other digits drawn by the same renderer (`drawn_share`),
-so read it next to benchmarks/canvas_path.py and benchmarks/letterforms.py (benchmarks/README.md, "Handwriting").
+so read it next to benchmarks/canvas_path.py and benchmarks/letterforms.py (targets: benchmarks/README.md).
 """
 
 from __future__ import annotations

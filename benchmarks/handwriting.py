@@ -5,7 +5,7 @@
 Each seed trains the defaults for 5 epochs on mnist-sample through the worker's code (`train_run_dir`), then scores
 best.pt on the real MNIST test digits (`--test`, default ../shared/data/mnist-test-8k.npz: only measured, never
 trained or chosen on), on benchmarks/drawn_digits.py's set and on benchmarks/letterforms.py's; `--teach` adds
-Teach it. Prints a row per seed, the mean and spread (targets: benchmarks/README.md, "Handwriting").
+Teach it. Prints a row per seed, the mean and spread (targets: benchmarks/README.md, "Targets and latest results").
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 
+from benchmarks.harness.bench_predict import synthetic_canvas
 from brnn_core import charts
-from brnn_core.benchmarks.bench_predict import synthetic_canvas
 from brnn_core.checkpoint import save_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.canvas import prepare

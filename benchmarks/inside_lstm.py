@@ -5,7 +5,7 @@
 With no checkpoint, a model of the default size (of `--cell`, two-way unless `--one-way`) with fresh weights (the
 cost does not depend on what was learned, except integrated gradients, which refines its path on saturated gates).
 Targets: internals <= 10 ms, a stroke with the panel open <= 150 ms (this work plus the page's own,
-benchmarks/README.md "Run history").
+benchmarks/README.md).
 """
 
 from __future__ import annotations

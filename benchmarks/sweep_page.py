@@ -4,7 +4,7 @@
 
 `make_sweep` writes one finished sweep of N trials (ordinary run directories with 3 epochs of metrics and a
 sweep.json, as a real sweep leaves them; no training); the Sweep page is opened on it and its first render and
-reruns (a click, the live refresh) are timed. Target: benchmarks/README.md, "Sweeps with hundreds of trials".
+reruns (a click, the live refresh) are timed. Target: benchmarks/README.md, "Targets and latest results".
 """
 
 from __future__ import annotations

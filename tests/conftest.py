@@ -1,5 +1,6 @@
-"""Shared fixtures for the brnn_core tests: tmp run/data folders, an unroutable network, and small models
-trained once per session on the real mnist-sample. Plain helper functions are in helpers.py.
+"""Shared fixtures for the brnn_core tests: tmp run/data folders, an unroutable network, the in-process CLI, and
+one small model and one diverging run trained once per session on the real mnist-sample. Plain helper functions
+are in helpers.py; a new test uses these rather than training a model of its own.
 
 Everything runs on CPU with real files and real (tiny) training; nothing here touches the internet.
 pyproject.toml puts the repository root and tests/ on sys.path (`pythonpath`), for `pytest` and
@@ -13,9 +14,13 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    DIVERGING,
     SMALL_MODEL,
     THREADS,
+    TINY,
+    cli_in_process,
     kill_workers,
+    make_run,
     refused_proxy,
     torch_threads,
     train_run,
@@ -24,9 +29,6 @@ from helpers import (
 from zygote import Zygote
 
 from brnn_core.runs.rundir import Run
-
-# The small model every inference/checkpoint/CLI test shares: 2 epochs of hidden 32 on mnist-sample
-# reach about 87% test accuracy on CPU in a few seconds.
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -103,6 +105,14 @@ def dead_proxy_env(monkeypatch) -> str:
     return proxy
 
 
+# ------------------------------------------------------------------ the CLI
+@pytest.fixture
+def brnn(monkeypatch, capsys):
+    """`brnn(ARGS, runs_dir, data_dir)`: the CLI in this process (helpers.cli_in_process), called like
+    helpers.run_cli and answering like it. For what ends without a worker: bad input (exit 2), listings, tags."""
+    return lambda args, runs_dir, data_dir: cli_in_process(args, runs_dir, data_dir, monkeypatch, capsys)
+
+
 # ------------------------------------------------------------------ data and trained models
 @pytest.fixture(scope="session")
 def sample():
@@ -113,28 +123,21 @@ def sample():
 
 
 @pytest.fixture(scope="session")
-def trained_run(tmp_path_factory) -> Run:
-    """One small model trained once (CPU, mnist-sample); its checkpoints are shared read-only."""
-    root = tmp_path_factory.mktemp("trained")
+def finished(tmp_path_factory) -> Run:
+    """The session's one trained model: a small finished run (helpers.SMALL_MODEL: hidden 16, 1 epoch), trained
+    once, good enough to read digits. Read-only: tests that change it copy it (helpers.copy_run).
+
+    Its lr is constant (the blog's recipe), so a branch or resume of it trains at exactly the lr it is given."""
+    root = tmp_path_factory.mktemp("finished")
     run, state = train_run(root / "runs", root / "data", **SMALL_MODEL)
     assert state == "finished", run.status()
     return run
 
 
 @pytest.fixture(scope="session")
-def trained_ckpt(trained_run: Run) -> Path:
-    return trained_run.best_ckpt
-
-
-@pytest.fixture(scope="session")
-def finished(tmp_path_factory) -> Run:
-    """One small finished run (hidden 16, 1 epoch), trained once per session; tests copy it (helpers.copy_run).
-
-    Its lr is constant (the blog's recipe), so a branch or resume of it trains at exactly the lr it is given."""
-    root = tmp_path_factory.mktemp("finished")
-    run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=16, lr_schedule="constant")
-    assert state == "finished", run.status()
-    return run
+def trained_ckpt(finished: Run) -> Path:
+    """The shared model's best.pt (`finished`), for the inference, checkpoint and CLI tests."""
+    return finished.best_ckpt
 
 
 @pytest.fixture(scope="session")
@@ -145,6 +148,20 @@ def gru_one_way(tmp_path_factory) -> Run:
     run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=8, cell="gru", bidirectional=False,
                            drawn_share=0.0)
     assert state == "finished", run.status()
+    return run
+
+
+@pytest.fixture(scope="session")
+def diverged(tmp_path_factory) -> Run:
+    """The session's one real diverging run, trained once in this process (read-only; copy_run it to change it):
+    TINY with SGD at lr 10 and weight decay 1 (helpers.DIVERGING), whose loss explodes, finite, within the first
+    epoch. test_worker.py reads how it ended, test_divergence.py how its loss exploded."""
+    from brnn_core.training.worker import train_run_dir
+
+    root = tmp_path_factory.mktemp("diverged")
+    run = make_run(root / "runs", base={**TINY, "epochs": 2, "augment": "off"}, **DIVERGING)
+    state = train_run_dir(run, data_dir=root / "data")
+    assert state == "diverged", run.status()
     return run
 
 

@@ -35,8 +35,9 @@ REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "streamlit_app.py"
 THREADS = 1  # torch threads in the test process and in every worker it starts (see the module docstring)
 
-# The session's trained model (conftest's `finished`) and the runs that fine-tune like it.
-SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "epochs": 2}
+# The session's one trained model (conftest's `finished`) and the runs that fine-tune like it: hidden 16 in the
+# default 2 layers, one epoch at a constant lr.
+SMALL_MODEL = {"hidden_size": 16, "epochs": 1, "lr_schedule": "constant"}
 
 # mnist-sample, the real dataset the training tests use: its 4,500 training digits less TrainConfig's
 # val_fraction (0.1) held out for validation leave the images an epoch trains on (test_worker checks this
@@ -58,6 +59,10 @@ STEPS_PER_EPOCH = steps_per_epoch()  # at the default batch size
 TINY = {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "batch_size": 512,
         "log_interval": 1, "epochs": 1000, "eval_batch_size": 500, "lr_schedule": "constant"}
 TINY_STEPS_PER_EPOCH = steps_per_epoch(TINY["batch_size"])
+
+# SGD with weight decay 1 at lr 10 multiplies every weight by (1 - lr * wd) = -9 a step: the loss explodes within
+# a few steps, whatever the model and data. A real config, no hooks (conftest's `diverged` trains it once).
+DIVERGING = {"optimizer": "sgd", "lr": 10.0, "momentum": 0.9, "weight_decay": 1.0}
 
 
 # ------------------------------------------------------------------ waiting
@@ -152,9 +157,41 @@ def torch_threads(n: int = THREADS):
 
 
 def run_cli(args: list[str], runs_dir: Path, data_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m brnn_core ARGS` in a subprocess on these folders; its output captured."""
+    """`python -m brnn_core ARGS` in a subprocess on these folders; its output captured. A process start and a
+    torch import each: keep it for what needs a real process (one per command, exit codes through __main__,
+    a worker, a memory limit); the rest uses conftest's `brnn` fixture (cli_in_process)."""
     return subprocess.run([sys.executable, "-m", "brnn_core", *map(str, args)], cwd=REPO,
                           env=cli_env(runs_dir, data_dir), capture_output=True, text=True, timeout=timeout)
+
+
+def cli_in_process(args: list, runs_dir: Path, data_dir: Path, monkeypatch, capsys) -> subprocess.CompletedProcess:
+    """The same as run_cli, in this process: `brnn_core.cli.main(ARGS)` with run_cli's environment (these folders,
+    one thread, no internet), its exit code and output in a CompletedProcess. An exception that escapes main fails
+    the test with its traceback (a subprocess would have printed one)."""
+    from brnn_core.cli import main
+
+    for key, value in cli_env(runs_dir, data_dir).items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    for key in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    capsys.readouterr()  # what the test printed before is not the command's output
+    args = [str(a) for a in args]
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's own errors (exit 2) and --help (exit 0)
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["brnn", *args], code, out.out, out.err)
+
+
+def assert_bad_input(result: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit 2 with an `error:` message naming each needle, and no traceback (run_cli's or cli_in_process's result)."""
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
+    assert result.stderr.startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
 
 
 # ------------------------------------------------------------------ IDX files

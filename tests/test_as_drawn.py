@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import make_run, run_cli
+from helpers import make_run
 
 from brnn_core.config import OLDER_RUN_DEFAULTS, TrainConfig, resolve_drawn_share
 from brnn_core.data import as_drawn, canvas
@@ -129,12 +129,12 @@ def test_the_share_is_validated():
 
 
 @pytest.mark.slow
-def test_the_cli_says_it_is_drawing_the_first_time_only(runs_dir, data_dir, tmp_path, monkeypatch):
+def test_the_cli_says_it_is_drawing_the_first_time_only(brnn, runs_dir, data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("BRNN_CACHE_DIR", str(tmp_path / "fresh-cache"))
     args = ["train", "--set", "epochs=1", "--set", "hidden_size=8", "--set", "num_layers=1"]
-    first = run_cli(args, runs_dir, data_dir)
+    first = brnn(args, runs_dir, data_dir)
     assert first.returncode == 0, first.stderr
     assert "drawing 1,404 training digits as canvas strokes, once for this dataset: 0/1,404" in first.stdout
     assert len(list((tmp_path / "fresh-cache").glob("as-drawn-v*.npy"))) == 1
-    second = run_cli(args, runs_dir, data_dir)
+    second = brnn(args, runs_dir, data_dir)
     assert second.returncode == 0 and "drawing" not in second.stdout

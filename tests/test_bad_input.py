@@ -1,8 +1,9 @@
 """Mistakes a user can make that must end in a message naming the fix, never in a traceback, gigabytes of memory
 or a half-made run: checkpoints whose header lies, images of enormous size, and CLI input that does not fit.
 
-The CLI runs as a user runs it (a subprocess, exit 2 for bad input); the ones that once took gigabytes run under
-an address-space limit so that a regression fails fast instead of filling the machine's memory.
+The CLI answers with exit 2; the ones that once took gigabytes run as a real subprocess under an address-space limit
+so that a regression fails fast instead of filling the machine's memory, the others in this process (the `brnn`
+fixture: the same brnn_core.cli.main and environment, without a process start and a torch import each).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 import torch
 from helpers import (
     REPO,
+    assert_bad_input,
     build_app,
     cli_env,
     copy_run,
@@ -38,8 +40,6 @@ from brnn_core.checkpoint import CheckpointError, load_checkpoint
 from brnn_core.data.canvas import MAX_IMAGE_PIXELS, prepare
 from brnn_core.inference.predictor import Predictor
 from brnn_core.runs.rundir import list_runs
-
-pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 TINY_SETS = ["--set", "hidden_size=16", "--set", "cpu_threads=1", "--set", "dataset=mnist-sample",
              "--set", "epochs=1"]
@@ -63,19 +63,6 @@ def run_limited(args: list, runs_dir: Path, data_dir: Path, tmp_path: Path) -> t
         proc.returncode = os.waitstatus_to_exitcode(status)
     result = subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
     return result, usage.ru_maxrss / 1024
-
-
-def run_cli(args: list, runs_dir: Path, data_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "brnn_core", *map(str, args)], cwd=REPO,
-                          env=cli_env(runs_dir, data_dir), capture_output=True, text=True, timeout=timeout)
-
-
-def assert_bad_input(result, *needles: str) -> None:
-    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
-    assert result.stderr.startswith("error: "), result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
 
 
 def lying(checkpoint: Path, target: Path, **model_config) -> Path:
@@ -112,6 +99,8 @@ def test_a_header_within_the_limits_that_lies_is_refused_before_a_model_is_built
 
 @pytest.mark.parametrize("header", [{"hidden_size": 30000, "num_layers": 8}, {"hidden_size": 4096, "num_layers": 8}],
                          ids=["past-the-limits", "within-the-limits"])
+@pytest.mark.slow
+@pytest.mark.worker
 def test_cli_predict_refuses_a_lying_checkpoint_in_little_memory(finished, digit_png, runs_dir, data_dir, tmp_path,
                                                                  header):
     path = lying(finished.best_ckpt, tmp_path / "lie.pt", **header)
@@ -146,7 +135,9 @@ def huge_png(tmp_path_factory) -> Path:
     return path
 
 
-def test_cli_predict_refuses_a_huge_image_before_decoding_it(finished, huge_png, digit_png, runs_dir, data_dir,
+@pytest.mark.slow
+@pytest.mark.worker
+def test_cli_predict_refuses_a_huge_image_before_decoding_it(brnn, finished, huge_png, digit_png, runs_dir, data_dir,
                                                             tmp_path):
     assert huge_png.stat().st_size < 1_000_000
     t0 = time.monotonic()
@@ -154,7 +145,7 @@ def test_cli_predict_refuses_a_huge_image_before_decoding_it(finished, huge_png,
     assert_bad_input(result, "13000 x 13000 pixels is too large", f"at most {MAX_IMAGE_PIXELS:,} pixels",
                      "crop it to the digit or scale it down")
     assert peak_mb < PEAK_RSS_LIMIT_MB and time.monotonic() - t0 < 60, (peak_mb, time.monotonic() - t0)
-    result = run_cli(["predict", finished.best_ckpt, digit_png], runs_dir, data_dir)
+    result = brnn(["predict", finished.best_ckpt, digit_png], runs_dir, data_dir)
     assert result.returncode == 0 and result.stdout.startswith(f"{digit_png}: "), result.stderr
 
 
@@ -169,9 +160,9 @@ def test_prepare_refuses_a_huge_array_and_takes_one_at_the_limit():
 
 
 # ------------------------------------------------------------------ CLI mistakes
-def test_evaluate_on_a_dataset_of_other_classes_exits_2(finished, runs_dir, data_dir):
+def test_evaluate_on_a_dataset_of_other_classes_exits_2(brnn, finished, runs_dir, data_dir):
     write_idx_dataset(data_dir, folder="FashionMNIST/raw")  # on disk, so only the classes can refuse it
-    result = run_cli(["evaluate", finished.best_ckpt, "--dataset", "fashion-mnist"], runs_dir, data_dir)
+    result = brnn(["evaluate", finished.best_ckpt, "--dataset", "fashion-mnist"], runs_dir, data_dir)
     assert_bad_input(result, "trained on other classes", "T-shirt/top", "evaluate it on mnist-sample or mnist")
     assert "accuracy" not in result.stdout
 
@@ -182,7 +173,7 @@ def write_config(path: Path, data: bytes) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["not-utf8", "deep-nesting", "a-folder", "unreadable"])
-def test_a_bad_config_file_exits_2_and_creates_nothing(kind, runs_dir, data_dir, tmp_path):
+def test_a_bad_config_file_exits_2_and_creates_nothing(brnn, kind, runs_dir, data_dir, tmp_path):
     config, needles = {
         "not-utf8": (lambda: write_config(tmp_path / "c.json", b'{"lr": 0.01, "\xff\xfe": 1}'),
                      ["is not UTF-8 text", "save it as a UTF-8 JSON file"]),
@@ -191,14 +182,14 @@ def test_a_bad_config_file_exits_2_and_creates_nothing(kind, runs_dir, data_dir,
         "a-folder": (lambda: tmp_path, ["is a folder; give a JSON file"]),
         "unreadable": (lambda: tmp_path / "missing" / "c.json", ["file not found"]),
     }[kind]
-    result = run_cli(["train", "--config", config(), *TINY_SETS], runs_dir, data_dir)
+    result = brnn(["train", "--config", config(), *TINY_SETS], runs_dir, data_dir)
     assert_bad_input(result, *needles)
     assert "runs folder writable" not in result.stderr
     assert list(runs_dir.iterdir()) == []
 
 
 @pytest.mark.parametrize("kind", ["not-a-checkpoint", "a-folder", "other-architecture"])
-def test_a_bad_init_from_exits_2_before_any_run_is_created(kind, finished, runs_dir, data_dir):
+def test_a_bad_init_from_exits_2_before_any_run_is_created(brnn, kind, finished, runs_dir, data_dir):
     target, needles = {
         "not-a-checkpoint": ("/etc/passwd", ["--set init_from: /etc/passwd", "not a"]),
         "a-folder": ("/etc", ["init_from", "give the path of a .pt file"]),
@@ -208,18 +199,18 @@ def test_a_bad_init_from_exits_2_before_any_run_is_created(kind, finished, runs_
     sets = [*TINY_SETS, "--set", f"init_from={target}"]
     if kind == "other-architecture":
         sets = [*sets, "--set", "hidden_size=24"]
-    result = run_cli(["train", *sets], runs_dir, data_dir)
+    result = brnn(["train", *sets], runs_dir, data_dir)
     assert_bad_input(result, *needles)
     assert list(runs_dir.iterdir()) == []
 
 
-def test_resume_of_a_finished_run_is_refused_and_changes_nothing(finished, runs_dir, data_dir):
+def test_resume_of_a_finished_run_is_refused_and_changes_nothing(brnn, finished, runs_dir, data_dir):
     run = copy_run(finished, runs_dir)
     before = tree_digest(run.path)
-    result = run_cli(["train", "--resume", run.id], runs_dir, data_dir)
+    result = brnn(["train", "--resume", run.id], runs_dir, data_dir)
     assert_bad_input(result, f"run {run.id} has finished its 1 epoch", "only test it again",
                      f"--resume {run.id} --set epochs=2", f"--from {run.id}")
-    result = run_cli(["train", "--resume", run.id, "--set", "epochs=1"], runs_dir, data_dir)
+    result = brnn(["train", "--resume", run.id, "--set", "epochs=1"], runs_dir, data_dir)
     assert_bad_input(result, "has finished its 1 epoch")
     assert tree_digest(run.path) == before
     assert sum(line.split(b",")[2] == b"test" for line in metric_lines(run)) == 1
@@ -235,6 +226,8 @@ def _can_remount_read_only() -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.slow
+@pytest.mark.worker
 @pytest.mark.skipif(not _can_remount_read_only(),
                     reason="needs root with unshare/nsenter: the runs folder is made read-only by a bind mount in the "
                            "CLI's own mount namespace (root ignores file permissions)")

@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark suite: `python -m brnn_core bench --quick` runs and writes sane files.
+"""Smoke test of the benchmark suite: `python -m benchmarks --quick` runs and writes sane files.
 
 No timing is asserted (the machine may be busy); only that every expected row is there and
 every number is a positive, finite value.
@@ -48,7 +48,7 @@ BF16_ROWS = {  # where the CPU has native bf16 (AVX512-BF16 or AMX); without it 
 
 
 def run_quick(out: Path, device: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "brnn_core", "bench", "--quick", "--device", device, "--out", str(out)]
+    cmd = [sys.executable, "-m", "benchmarks", "--quick", "--device", device, "--out", str(out)]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=540)
 
 

@@ -1,5 +1,6 @@
-"""The scripts in benchmarks/ and experiments/ run as modules from the repository root; every experiment has a
---smoke flag; nothing reaches into sys.path, and brnn_core imports none of them (nor the tests)."""
+"""The suite (`python -m benchmarks`), the scripts in benchmarks/ and the studies in benchmarks/experiments/ run as
+modules from the repository root; every experiment has a --smoke flag; nothing reaches into sys.path, and
+brnn_core imports none of them (nor the tests)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ print(json.dumps(out))
 
 
 def scripts(folder: str) -> list[str]:
-    return sorted(f"{folder}.{p.stem}" for p in (REPO / folder).glob("*.py") if p.stem not in HELPERS)
+    package = folder.replace("/", ".")
+    return sorted(f"{package}.{p.stem}" for p in (REPO / folder).glob("*.py") if p.stem not in HELPERS)
 
 
 def tracked(pattern: str) -> list[str]:
@@ -36,14 +38,15 @@ def tracked(pattern: str) -> list[str]:
 
 @pytest.mark.slow
 def test_every_script_answers_help_and_every_experiment_has_smoke():
-    names = scripts("benchmarks") + scripts("experiments")
+    names = scripts("benchmarks") + scripts("benchmarks/experiments")
+    assert "benchmarks.__main__" in names  # the suite
     proc = subprocess.run([sys.executable, "-c", HELP_ALL, *names], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     helps = json.loads(proc.stdout.splitlines()[-1])
     for name in names:
         assert helps[name].startswith("usage:"), (name, helps[name][:500])
-        if name.startswith("experiments."):
+        if name.startswith("benchmarks.experiments."):
             assert "--smoke" in helps[name], f"{name} has no --smoke flag"
 
 

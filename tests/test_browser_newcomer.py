@@ -128,10 +128,13 @@ def test_train_with_the_defaults_live_lr_pause_and_resume(server, page):
     expect(page.locator("[data-testid=stAlertContentError]").first).to_be_visible()
     expect(page.get_by_role("button", name="Apply")).to_be_disabled()
     enter(live_lr, "0.005")
+    # and, as a newcomer who has seen enough, two epochs in all: the rest of the walk needs a model, not 20 epochs
+    enter(page.get_by_role("spinbutton", name="Total epochs"), "2")
     expect(page.get_by_role("button", name="Apply")).to_be_enabled()
     no_cut_labels(page, "Train, live controls")
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text(re.compile(r"applied, lr 0\.01 (->|→) 0\.005 at step \d+")).first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"applied, epochs \d+ (->|→) 2 at step \d+")).first).to_be_visible()
     screenshot(page, "train-running", SHOTS)
 
     page.get_by_role("button", name="Pause").click()

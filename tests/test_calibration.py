@@ -1,6 +1,6 @@
 """Honest confidence: temperature scaling fitted at run end, and the "does not look like a digit" check.
 
-The shared small model (conftest.trained_run) was trained by the worker, whose test report calibrated its
+The shared small model (conftest.finished) was trained by the worker, whose test report calibrated its
 best.pt; the checks here read that, and build real inputs: shapes drawn as canvas strokes and real MNIST
 test digits redrawn as strokes (fixed seeds).
 """
@@ -33,10 +33,10 @@ def predictor(trained_ckpt) -> Predictor:
 
 
 @pytest.fixture(scope="module")
-def fit(trained_run):
+def fit(finished):
     """The shared run's splits and its best model's validation logits."""
-    data = cal.fit_data(trained_run.config(), Path(trained_run.config()["data_dir"]))
-    model = load_checkpoint(trained_run.best_ckpt).build_model("cpu")
+    data = cal.fit_data(finished.config(), Path(finished.config()["data_dir"]))
+    model = load_checkpoint(finished.best_ckpt).build_model("cpu")
     _, logits = cal.features_and_logits(model, data.val_x)
     return data, model, logits
 
@@ -78,13 +78,13 @@ def test_ece_of_a_perfectly_calibrated_toy_is_zero_and_of_a_liar_is_its_gap():
     assert cal.expected_calibration_error(liar, labels) == pytest.approx(0.4)
 
 
-def test_the_report_says_ece_before_and_after_and_the_checkpoint_carries_t(trained_run):
-    report = read_report(trained_run)["calibration"]
+def test_the_report_says_ece_before_and_after_and_the_checkpoint_carries_t(finished):
+    report = read_report(finished)["calibration"]
     assert report["calibrated"] and report["ece_bins"] == 15
     for split in ("validation", "test"):
         assert 0 <= report[split]["ece_after"] <= 1 and 0 <= report[split]["ece_before"] <= 1
     assert report["validation"]["nll_after"] <= report["validation"]["nll_before"]
-    stored = load_checkpoint(trained_run.best_ckpt).calibration
+    stored = load_checkpoint(finished.best_ckpt).calibration
     assert stored["temperature"] == pytest.approx(report["temperature"])
     assert stored["distance"]["threshold"] == pytest.approx(report["distance"]["threshold"])
 
@@ -114,8 +114,8 @@ def test_a_checkpoint_without_calibration_predicts_as_before_and_says_uncalibrat
     assert probability_line(assessment).endswith("(uncalibrated)")
 
 
-def test_compute_report_calibrates_an_old_run(trained_run, tmp_path):
-    run = copy_run(trained_run, tmp_path / "runs")
+def test_compute_report_calibrates_an_old_run(finished, tmp_path):
+    run = copy_run(finished, tmp_path / "runs")
     uncalibrated_copy(run.best_ckpt, run.best_ckpt)
     (run.path / "report.json").unlink()
     assert not Predictor.from_checkpoint(run.best_ckpt).calibrated
@@ -124,8 +124,8 @@ def test_compute_report_calibrates_an_old_run(trained_run, tmp_path):
     assert Predictor.from_checkpoint(run.best_ckpt).calibrated
 
 
-def test_a_run_whose_data_is_gone_is_reported_uncalibrated(trained_run, tmp_path):
-    run = copy_run(trained_run, tmp_path / "runs")
+def test_a_run_whose_data_is_gone_is_reported_uncalibrated(finished, tmp_path):
+    run = copy_run(finished, tmp_path / "runs")
     config = run.config()
     config["dataset"] = config["train"]["dataset"] = "mnist"  # not in the (empty) data folder given below
     run.config_path.write_text(json.dumps(config))

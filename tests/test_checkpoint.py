@@ -15,7 +15,7 @@ import threading
 import psutil
 import pytest
 import torch
-from helpers import STEPS_PER_EPOCH, make_run, wait_for
+from helpers import SMALL_MODEL, STEPS_PER_EPOCH, make_run, wait_for
 from torch import nn
 
 from brnn_core import cli
@@ -62,13 +62,13 @@ def test_round_trip_gives_identical_outputs(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
 
 
-def test_checkpoints_load_with_plain_torch_weights_only(trained_run):
-    for path in (trained_run.best_ckpt, trained_run.last_ckpt):
+def test_checkpoints_load_with_plain_torch_weights_only(finished):
+    for path in (finished.best_ckpt, finished.last_ckpt):
         obj = torch.load(path, map_location="cpu", weights_only=True)
         assert obj["format"] == FORMAT and obj["classes"] == [str(d) for d in range(10)]
-        assert obj["model_config"]["hidden_size"] == 32
-        assert obj["model_state"]["fc.weight"].shape == (10, 64)
-    assert "optimizer_state" in torch.load(trained_run.last_ckpt, weights_only=True)  # for resuming
+        assert obj["model_config"]["hidden_size"] == SMALL_MODEL["hidden_size"]
+        assert obj["model_state"]["fc.weight"].shape == (10, 2 * SMALL_MODEL["hidden_size"])  # both directions
+    assert "optimizer_state" in torch.load(finished.last_ckpt, weights_only=True)  # for resuming
 
 
 class BlogBRNN(nn.Module):

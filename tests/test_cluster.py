@@ -257,22 +257,20 @@ def test_a_lost_head_leaves_an_interrupted_sweep_that_resumes(cluster):
         assert status["state"] == "finished" and val_epochs == [1, 2, 3, 4], (rid, val_epochs)
 
 
-def test_a_wrong_address_fails_in_seconds_with_the_message(tmp_path):
+def test_a_wrong_address_fails_in_seconds_with_the_message(brnn, tmp_path):
     port = free_port()  # nothing listens there
-    done = subprocess.run([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(tmp_path / "runs"),
-                           "--data-dir", str(tmp_path / "data"), *SWEEP, "--search", "lr=grid:0.01", "--address",
-                           f"127.0.0.1:{port}"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = brnn(["sweep", "--runs-dir", tmp_path / "runs", "--data-dir", tmp_path / "data", *SWEEP, "--search",
+                 "lr=grid:0.01", "--address", f"127.0.0.1:{port}"], tmp_path / "runs", tmp_path / "data")
     assert done.returncode == 2
     assert f"--address 127.0.0.1:{port}: nothing answers there" in done.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_auto_without_a_head_on_this_machine_says_how_to_start_one(tmp_path):
-    env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "no-ray")}
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(tmp_path / "runs"),
-                           *SWEEP, "--search", "lr=grid:0.01", "--address", "auto"], capture_output=True, text=True,
-                          cwd=REPO, timeout=120, env=env)
+def test_auto_without_a_head_on_this_machine_says_how_to_start_one(brnn, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    done = brnn(["sweep", "--runs-dir", tmp_path / "runs", *SWEEP, "--search", "lr=grid:0.01", "--address", "auto"],
+                tmp_path / "runs", tmp_path / "data")
     assert done.returncode == 2
     assert "--address auto: no Ray head was started on this machine" in done.stderr
     assert "ray start --head" in done.stderr

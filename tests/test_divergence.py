@@ -1,7 +1,8 @@
 """A loss that explodes but stays finite is a diverged run too (engine.ExplosionWatch).
 
-SGD at lr=10 takes the default model's loss from 2.3 to hundreds within 20 steps while every number
-stays finite; before, such a run ended "finished" at chance accuracy. These are real short runs.
+SGD at lr=10 takes a model's loss from 2.3 to hundreds within a few steps while every number stays finite; before,
+such a run ended "finished" at chance accuracy. Real short runs: the session's diverging run (conftest's
+`diverged`), the session's good epoch (`finished`) exploding on resume, a noisy healthy run.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 
 import pytest
 import torch
-from helpers import STEPS_PER_EPOCH, train_run
+from helpers import STEPS_PER_EPOCH, copy_run, train_run
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.training.engine import EXPLODED_FACTOR, EXPLODED_LOGS, ExplosionWatch
@@ -31,12 +32,11 @@ def test_watch_needs_several_exploded_logs_in_a_row():
     assert ExplosionWatch().limit(2) == EXPLODED_FACTOR * math.log(2)  # relative to the classes there are
 
 
-@pytest.mark.slow
-def test_sgd_at_lr_10_ends_diverged_with_what_to_change(tmp_path):
-    run, state = train_run(tmp_path / "runs", tmp_path / "data", optimizer="sgd", lr=10.0, hidden_size=64,
-                           epochs=2, augment="off")
+def test_a_finite_explosion_ends_diverged_with_what_to_change(diverged):
+    """The session's diverging run (conftest): its logged losses explode and stay finite; the watch ends it."""
+    run = diverged
     status = run.status()
-    assert state == "diverged" and status["state"] == "diverged", status
+    assert status["state"] == "diverged", status
     train = run.metrics().query("split == 'train'")
     losses = train["loss"].tolist()
     assert all(math.isfinite(v) for v in losses) and max(losses) > 100  # finite, and far above ln(10)
@@ -44,24 +44,21 @@ def test_sgd_at_lr_10_ends_diverged_with_what_to_change(tmp_path):
     assert run.metrics().query("split != 'train'").empty  # stopped mid-epoch 1: no validation, no test report
     message = status["message"]
     assert message.startswith(f"diverged at step {status['step']}: the training loss stayed above 23.0")
-    assert "Lower the learning rate (now 10) or turn on gradient clipping" in message
+    assert "Lower the learning rate (now 10), weight decay (now 1) or turn on gradient clipping" in message
     assert "last.pt holds only the untrained starting weights" in message
-    assert load_checkpoint(run.last_ckpt).step == 0 and not run.best_ckpt.exists()
+    start = load_checkpoint(run.last_ckpt)  # saved when training started, never overwritten after
+    assert (start.epoch, start.step) == (0, 0) and not run.best_ckpt.exists()
     [event] = [e for e in run.events() if e["kind"] == "diverged"]
     assert event["message"] == message
 
 
-@pytest.mark.slow
-def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(tmp_path):
-    run, state = train_run(tmp_path / "runs", tmp_path / "data", optimizer="sgd", lr=1.0, hidden_size=32,
-                           epochs=1, augment="off", lr_schedule="constant", input_scale="unit",
-                           drawn_share=0.0)  # the blog's recipe
-    assert state == "finished"
+def test_explosion_after_a_good_epoch_keeps_that_epochs_checkpoints(finished, tmp_path):
+    run = copy_run(finished, tmp_path / "runs")  # one good epoch at a constant lr (conftest's `finished`)
     good = load_checkpoint(run.last_ckpt)
     assert good.step == STEPS_PER_EPOCH and good.metrics["val_acc"] > 0.2  # learnt something (chance is 0.1)
     run.send_command("set", field="epochs", value=2)
     run.send_command("set", field="lr", value=10.0)  # the user raises lr far too high and resumes
-    assert train_run_dir(run, data_dir=tmp_path / "data", resume=True) == "diverged"
+    assert train_run_dir(run, data_dir=finished.path.parents[1] / "data", resume=True) == "diverged"
     message = run.status()["message"]
     # either check may catch it first: the logged training loss or the epoch's validation loss, far above guessing
     assert ("the training loss stayed above 23.0" in message or "is above 23.0" in message) and "(now 10)" in message

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import SAMPLE_TRAIN_IMAGES, SMALL_MODEL, run_cli, train_run
+from helpers import SAMPLE_TRAIN_IMAGES, SMALL_MODEL, train_run
 from PIL import Image
 from test_inference import SEVEN, drawing
 
@@ -194,9 +194,9 @@ def test_config_fields_for_drawings(tmp_path, trained_ckpt):
     assert "no checkpoint file" in err.value.errors["init_from"]
 
 
-def test_cli_refuses_a_missing_init_checkpoint(tmp_path):
-    proc = run_cli(["train", "--set", "my_drawings=0.2", "--set", "init_from=/no/such.pt"], tmp_path / "runs",
-                   tmp_path / "data", timeout=120)
+def test_cli_refuses_a_missing_init_checkpoint(brnn, tmp_path):
+    proc = brnn(["train", "--set", "my_drawings=0.2", "--set", "init_from=/no/such.pt"], tmp_path / "runs",
+                tmp_path / "data")
     assert proc.returncode == 2, proc.stderr
     assert "init_from: no checkpoint file '/no/such.pt'" in proc.stderr
 
@@ -207,7 +207,7 @@ def test_fine_tune_with_drawings_mixed_in(tmp_path, sample, trained_ckpt):
     pick = torch.cat([torch.nonzero(sample.train_y == c).flatten()[:3] for c in range(5)])  # 3 each of 0-4
     saved = save_many(data_dir, sample.train_x[pick], sample.train_y[pick])
     assert sum(d.held_out for d in saved) == 5  # the third of each class
-    run, state = train_run(tmp_path / "runs", data_dir, **{**SMALL_MODEL, "epochs": 1}, my_drawings=0.2,
+    run, state = train_run(tmp_path / "runs", data_dir, **SMALL_MODEL, my_drawings=0.2,
                            init_from=str(trained_ckpt))
     assert state == "finished", run.status()
     mix = run.config()["my_drawings"]
@@ -235,10 +235,10 @@ def test_asking_for_drawings_when_there_are_none_fails_clearly(tmp_path):
 
 
 def test_init_from_another_architecture_fails_clearly(tmp_path, trained_ckpt):
-    run, state = train_run(tmp_path / "runs", tmp_path / "data", hidden_size=16, epochs=1,
+    run, state = train_run(tmp_path / "runs", tmp_path / "data", hidden_size=8, epochs=1,
                            init_from=str(trained_ckpt))
     assert state == "failed"
-    assert ("set cell=lstm bidirectional=true hidden_size=32 num_layers=2 head=bidir input_scale=standard to match it"
+    assert ("set cell=lstm bidirectional=true hidden_size=16 num_layers=2 head=bidir input_scale=standard to match it"
             in run.status()["message"])
 
 

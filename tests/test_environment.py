@@ -22,8 +22,8 @@ from brnn_core import environment
 from brnn_core.runs.compare import side_by_side
 
 
-def test_a_run_records_its_code_packages_machine_and_command(trained_run):
-    record = json.loads((trained_run.path / "environment.json").read_text())
+def test_a_run_records_its_code_packages_machine_and_command(finished):
+    record = json.loads((finished.path / "environment.json").read_text())
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert record["git"]["commit"] == head.strip()  # trained from this checkout
     assert isinstance(record["git"]["dirty"], bool)

@@ -219,7 +219,7 @@ def test_predictions_on_real_test_digits_match_evaluate(predictor, sample):
     n = 200
     probs = np.stack([predictor.predict(x.numpy()) for x in sample.test_x[:n]])
     accuracy = float((probs.argmax(axis=1) == sample.test_y[:n].numpy()).mean())
-    assert accuracy >= 0.75  # the shared 2-epoch hidden-32 model scores ~87% on all 500 test digits
+    assert accuracy >= 0.6  # the shared model (conftest's `finished`, one epoch of hidden 16) reads most; chance: 0.1
     batch = evaluate(predictor.model, sample.test_x[:n], sample.test_y[:n])
     calibrated = (batch.probabilities.log() / predictor.temperature).softmax(dim=1)  # the checkpoint's temperature
     assert np.allclose(probs, calibrated.numpy(), atol=1e-5)  # one preprocessing for both paths

@@ -1,8 +1,9 @@
-"""`pip install .` gives a brnn_core that works without the checkout: the wheel, installed into a fresh
-venv, trains from an empty folder with `brnn train`, and its job registry starts a worker there.
+"""`pip install .` gives a brnn_core that works without the checkout: installed into a fresh venv from a copy of
+the checkout, it trains from an empty folder with `brnn train`, its job registry starts a worker there, and it
+holds no measurement code (benchmarks/ stays in the checkout).
 
 The fresh venv reads the pinned dependencies from this interpreter's site-packages through a .pth file
-(offline, seconds); its own site-packages, which holds only the wheel, comes first on sys.path.
+(offline, seconds); its own site-packages, which holds only brnn_core, comes first on sys.path.
 """
 
 from __future__ import annotations
@@ -45,23 +46,39 @@ START_WORKER = textwrap.dedent("""
 """)
 
 
+# every file the installed distribution put down, from its RECORD
+INSTALLED_FILES = textwrap.dedent("""
+    import json
+    from importlib.metadata import distribution
+    print(json.dumps([str(f) for f in distribution("brnn-dashboard").files]))
+""")
+
+
 def _bin(venv: Path, name: str) -> Path:
     return venv / ("Scripts" if os.name == "nt" else "bin") / name
 
 
+def checkout_copy(dest: Path) -> Path:
+    """The checkout's files as a clone of this working tree would have them (tracked and new, not ignored)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
+                            check=True, capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():  # a tracked file deleted in the working tree is not part of it
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """A venv holding only the brnn_core wheel (built from a copy of the sources, so the checkout stays clean)."""
+    """A venv holding only what `pip install .` installs from a copy of the checkout (so the checkout stays clean)."""
     pytest.importorskip("setuptools", minversion="68", reason="the build backend pyproject.toml names")
     tmp = tmp_path_factory.mktemp("install")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    shutil.copytree(REPO / "brnn_core", src / "brnn_core", ignore=shutil.ignore_patterns("__pycache__"))
+    src = checkout_copy(tmp / "src")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", str(src), "--no-deps", "--no-build-isolation", "-w", str(tmp / "wheels")],
-                   check=True, capture_output=True, timeout=120)
+    # what `pip install .` does, in two steps: the build needs this interpreter's setuptools (offline, no isolation)
+    subprocess.run([*pip, "wheel", ".", "--no-deps", "--no-build-isolation", "-w", str(tmp / "wheels")], cwd=src,
+                   check=True, capture_output=True, timeout=180)
     wheel = next((tmp / "wheels").glob("brnn_dashboard-*.whl"))
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
@@ -98,6 +115,23 @@ def test_brnn_trains_from_any_folder(installed, outside):
     assert (run / "checkpoints" / "best.pt").is_file()
     environment = json.loads((run / "environment.json").read_text())  # installed: no checkout, no commit
     assert "git" not in environment and environment["packages"]["brnn-dashboard"] == "0.1.0"
+
+
+def test_the_installed_package_holds_no_measurement_code(installed, outside):
+    cwd, env = outside
+    record = subprocess.run([str(_bin(installed, "python")), "-I", "-c", INSTALLED_FILES], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert record.returncode == 0, record.stderr
+    files = json.loads(record.stdout)
+    modules = [f for f in files if f.endswith(".py")]
+    assert modules and all(f.startswith("brnn_core/") for f in modules), modules
+    assert not [f for f in files if "bench" in f.lower() or "blog_baseline" in f or "experiments" in f]
+    imports = subprocess.run([str(_bin(installed, "python")), "-I", "-c", "import benchmarks"], cwd=cwd, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert imports.returncode != 0 and "No module named 'benchmarks'" in imports.stderr
+    bench = subprocess.run([str(_bin(installed, "brnn")), "bench", "--quick"], cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert bench.returncode == 2 and "make bench" in bench.stderr and "python -m benchmarks" in bench.stderr
 
 
 def test_the_installed_job_registry_starts_its_worker_in_the_callers_folder(installed, outside):

@@ -31,7 +31,7 @@ def test_the_rule_on_a_known_curve():
 
 
 @pytest.mark.worker
-def test_lr_find_on_the_sample(tmp_path, idx_data):
+def test_lr_find_on_the_sample(brnn, tmp_path, idx_data):
     runs_dir, out_file = tmp_path / "runs", tmp_path / "curve.csv"
     out = run_cli(["lr-find", "--set", "hidden_size=16", "--set", "num_layers=1", "--set", "cpu_threads=1",
                    "--set", "dataset=mnist", "--steps", "120", "--out", out_file], runs_dir, idx_data)
@@ -46,5 +46,5 @@ def test_lr_find_on_the_sample(tmp_path, idx_data):
     assert list_runs(runs_dir) == []  # a throwaway model: no run, but a job that took its turn in the queue
     (job,) = (runs_dir / JOBS_DIR).iterdir()
     assert Run(job).status()["state"] == "finished" and Run(job).status()["started"]  # it had its turn
-    bad = run_cli(["lr-find", "--steps", "5"], runs_dir, idx_data)
+    bad = brnn(["lr-find", "--steps", "5"], runs_dir, idx_data)
     assert bad.returncode == 2 and "--steps" in bad.stderr

@@ -14,7 +14,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import STEPS_PER_EPOCH, make_run, torch_threads, train_run, wait_for
+from helpers import STEPS_PER_EPOCH, copy_run, torch_threads, train_run
 from torch import nn
 
 from brnn_core.checkpoint import load_checkpoint
@@ -304,20 +304,20 @@ def test_before_step_false_stops_the_epoch(sample):
 # ------------------------------------------------------------------ real training on CPU
 @pytest.mark.slow
 def test_default_config_learns_mnist_sample(runs_dir):
-    # The blog's defaults (hidden 128, 2 layers, batch 100, Adam lr 0.01) with 3 epochs instead of 2.
-    # Measured on CPU, test accuracy for seeds 0/1/2: 93.0/90.6/93.2% with one thread (as here) and
-    # 92.2/91.2/92.8% with two; final val accuracy 89.1-92.0%. Asserting 88% leaves 2.6 points to spare.
-    run, state = train_run(runs_dir, epochs=3, seed=0)
+    # Every default (the blog's hidden 128, 2 layers, batch 100, Adam lr 0.01, and this project's recipe) for one
+    # epoch: on one thread, as here, seeds 0, 1 and 2 each clear both bars below with points to spare (more epochs
+    # only cost the suite time; the accuracy of the defaults' full training is a benchmark: benchmarks/README.md).
+    run, state = train_run(runs_dir, epochs=1, seed=0)
     assert state == "finished", run.status()
     status = run.status()
     assert status["test_acc"] >= 0.88, status
     metrics = run.metrics()
     val = metrics[metrics.split == "val"]
-    assert val.epoch.tolist() == [1, 2, 3]
+    assert val.epoch.tolist() == [1]
     assert val.accuracy.iloc[-1] >= 0.85
     train = metrics[metrics.split == "train"]
     assert train.loss.iloc[-1] < 0.6 * train.loss.iloc[0]  # it learned
-    assert train.step.is_monotonic_increasing and status["step"] == 3 * STEPS_PER_EPOCH
+    assert train.step.is_monotonic_increasing and status["step"] == STEPS_PER_EPOCH
     assert metrics[metrics.split == "test"].accuracy.iloc[-1] == pytest.approx(status["test_acc"], abs=1e-5)
     best = load_checkpoint(run.best_ckpt)
     assert best.metrics["val_loss"] == pytest.approx(val.loss.min(), rel=1e-4)
@@ -340,46 +340,15 @@ def test_same_seed_same_cpu_loss_curve_different_seed_different(runs_dir):
     assert curves[0] != curves[2] and vals[0] != vals[2]
 
 
-# SGD with weight decay 1.0 at lr 10 multiplies every weight by (1 - lr * wd) = -9 per step:
-# the weights overflow to inf within ~40 steps, whatever the data. A real config, no hooks.
-DIVERGING = {"optimizer": "sgd", "lr": 10.0, "momentum": 0.9, "weight_decay": 1.0,
-             "hidden_size": 16, "num_layers": 1}
-
-
 @pytest.mark.slow
-def test_divergence_is_reported_with_advice(runs_dir, monkeypatch):
-    monkeypatch.setattr(recorder, "CHECKPOINT_EVERY_S", 1e9)  # no mid-epoch save
-    run, state = train_run(runs_dir, epochs=2, log_interval=2, **DIVERGING)
-    assert state == "diverged"
-    status = run.status()
-    assert status["state"] == "diverged" and status["step"] < STEPS_PER_EPOCH  # stopped within the first epoch
-    assert "Lower the learning rate (now 10)" in status["message"]
-    # Only the step-0 last.pt (saved when training starts) exists; the message names just that file.
-    assert "last.pt holds only the untrained starting weights" in status["message"]
-    assert "best.pt" not in status["message"] and "weight decay (now 1)" in status["message"]
-    assert not run.best_ckpt.exists()
-    start = load_checkpoint(run.last_ckpt)
-    assert (start.epoch, start.step) == (0, 0)
-    assert [e["kind"] for e in run.events()][-1] == "diverged"
-    metrics = run.metrics()
-    assert "test" not in set(metrics.split)  # a diverged run is not evaluated on the test set
-
-
-@pytest.mark.slow
-def test_divergence_keeps_the_last_good_checkpoint(runs_dir, monkeypatch):
-    """Train one sane epoch, then raise lr to 10 live: the run diverges in a later epoch and the
+def test_divergence_keeps_the_last_good_checkpoint(finished, tmp_path, monkeypatch):
+    """After a sane epoch (a copy of conftest's `finished`) lr goes to 10: the run diverges in a later epoch and the
     checkpoints on disk still hold finite weights (also with a mid-epoch save at every log)."""
     monkeypatch.setattr(recorder, "CHECKPOINT_EVERY_S", 0.0)  # save last.pt at every log point
-    run = make_run(runs_dir, epochs=6, log_interval=1, **{**DIVERGING, "lr": 0.01})
-
-    def raise_lr_after_first_epoch():
-        wait_for(run.best_ckpt.exists, 120, "the first epoch's best.pt")
-        run.send_command("set", field="lr", value="10")
-
-    sender = threading.Thread(target=raise_lr_after_first_epoch, daemon=True)
-    sender.start()
-    state = train_run_dir(run, data_dir=runs_dir)
-    sender.join(timeout=5)
+    run = copy_run(finished, tmp_path / "runs")
+    run.send_command("set", field="epochs", value=6)
+    run.send_command("set", field="lr", value="10")
+    state = train_run_dir(run, data_dir=finished.path.parents[1] / "data", resume=True)
     assert state == "diverged", run.status()
     status = run.status()
     assert "Lower the learning rate (now 10)" in status["message"]

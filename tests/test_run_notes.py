@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import copy_run, no_exception, open_page, run_cli, tree_digest
+from helpers import copy_run, no_exception, open_page, tree_digest
 
 from brnn_core.runs.filter import filter_table
 from brnn_core.runs.index import RunIndex
@@ -38,15 +38,15 @@ def two_runs(tmp_path, finished):
     return runs_dir, [copy_run(finished, runs_dir, f"2000010{k}-000000-mnist-sample-bb0{k}") for k in (1, 2)]
 
 
-def test_the_cli_tags_and_notes_and_the_filter_finds_them(two_runs, tmp_path):
+def test_the_cli_tags_and_notes_and_the_filter_finds_them(brnn, two_runs, tmp_path):
     runs_dir, (a, b) = two_runs
     data = tmp_path / "data"
-    out = run_cli(["runs", "tag", a.id, b.id, "--add", "baseline", "--runs-dir", runs_dir], runs_dir, data)
+    out = brnn(["runs", "tag", a.id, b.id, "--add", "baseline", "--runs-dir", runs_dir], runs_dir, data)
     assert out.returncode == 0, out.stderr
-    out = run_cli(["runs", "tag", b.id, "--add", "best", "--remove", "baseline", "--runs-dir", runs_dir],
-                  runs_dir, data)
+    out = brnn(["runs", "tag", b.id, "--add", "best", "--remove", "baseline", "--runs-dir", runs_dir],
+               runs_dir, data)
     assert out.returncode == 0 and f"{b.id}: best" in out.stdout
-    out = run_cli(["runs", "note", a.id, "first try; $(rm -rf /) stays text", "--runs-dir", runs_dir], runs_dir, data)
+    out = brnn(["runs", "note", a.id, "first try; $(rm -rf /) stays text", "--runs-dir", runs_dir], runs_dir, data)
     assert out.returncode == 0 and read_notes(a.path).note == "first try; $(rm -rf /) stays text"
     table = RunIndex(runs_dir).table()
     assert dict(zip(table["run_id"], table["tags"], strict=True)) == {a.id: "baseline", b.id: "best"}
@@ -55,7 +55,7 @@ def test_the_cli_tags_and_notes_and_the_filter_finds_them(two_runs, tmp_path):
     before = tree_digest(runs_dir)
     for bad in (["runs", "tag", a.id, "nope-run", "--add", "x"], ["runs", "tag", a.id, "--add", "a b"],
                 ["runs", "tag", a.id]):
-        out = run_cli([*bad, "--runs-dir", runs_dir], runs_dir, data)
+        out = brnn([*bad, "--runs-dir", runs_dir], runs_dir, data)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert tree_digest(runs_dir) == before  # nothing written by a refused command
 

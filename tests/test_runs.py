@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import psutil
 import pytest
-from helpers import wait_for
+from helpers import SMALL_MODEL, wait_for
 
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.config import TrainConfig
@@ -79,19 +79,19 @@ def test_listing_never_shows_a_partial_run(runs_dir):
     assert [r.id for r in list_runs(runs_dir)] == [f"run-{i:02d}" for i in reversed(range(40))]  # newest first
 
 
-def test_metrics_are_readable_with_pandas(trained_run):
-    df = pd.read_csv(trained_run.metrics_path)
+def test_metrics_are_readable_with_pandas(finished):
+    df = pd.read_csv(finished.metrics_path)
     assert list(df.columns) == METRIC_COLUMNS
     assert set(df.split) == {"train", "val", "test"}
-    assert df[df.split == "val"].epoch.tolist() == [1, 2]
+    assert df[df.split == "val"].epoch.tolist() == list(range(1, SMALL_MODEL["epochs"] + 1))
     assert df.loss.notna().all() and pd.api.types.is_float_dtype(df.loss)
     assert (df[df.split != "train"].accuracy.between(0, 1)).all()
     assert df[df.split == "train"].accuracy.isna().all()
-    pd.testing.assert_frame_equal(df, trained_run.metrics(), check_dtype=False)
-    data = read_run(trained_run.path)
-    assert data.status["state"] == "finished" and data.config["train"]["hidden_size"] == 32
+    pd.testing.assert_frame_equal(df, finished.metrics(), check_dtype=False)
+    data = read_run(finished.path)
+    assert data.status["state"] == "finished" and data.config["train"]["hidden_size"] == SMALL_MODEL["hidden_size"]
     assert {"start", "epoch", "finished"} <= set(data.events.kind)
-    report = json.loads((trained_run.path / "report.json").read_text())
+    report = json.loads((finished.path / "report.json").read_text())
     assert sum(map(sum, report["confusion_matrix"])) == 500
 
 
@@ -221,11 +221,12 @@ def test_delete_run(runs_dir):
     assert sorted(p.name for p in runs_dir.iterdir()) == ["keep"]  # no .deleting-* left
 
 
-def test_runs_table(trained_run):
-    table = runs_table(trained_run.path.parent)
+def test_runs_table(finished):
+    table = runs_table(finished.path.parent)
     row = table.iloc[0]
-    assert (row.run_id, row.state, row.dataset, row.hidden) == (trained_run.id, "finished", "mnist-sample", 32)
-    assert row.test_acc == pytest.approx(trained_run.status()["test_acc"], abs=1e-5)
+    assert (row.run_id, row.state, row.dataset, row.hidden) == (finished.id, "finished", "mnist-sample",
+                                                                SMALL_MODEL["hidden_size"])
+    assert row.test_acc == pytest.approx(finished.status()["test_acc"], abs=1e-5)
     assert 0 < row.best_val_acc <= 1 and row.duration_s > 0
 
 

@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import copies_with, no_exception, open_page, run_cli
+from helpers import copies_with, no_exception, open_page
 
 from brnn_core.runs.filter import filter_table
 from brnn_core.runs.index import RunIndex
@@ -21,13 +21,13 @@ def seeds(tmp_path, finished):
                                                            [(0, 0.01), (1, 0.01), (2, 0.01), (0, 0.003)]])
 
 
-def test_runs_that_differ_only_in_seed_share_a_group(seeds, tmp_path):
+def test_runs_that_differ_only_in_seed_share_a_group(brnn, seeds, tmp_path):
     table = RunIndex(seeds).table()
     groups = table.groupby("group")["run_id"].count().sort_values()
     assert list(groups) == [1, 3]
     group = groups.index[-1]
     assert len(filter_table(table, f"group:{group}")) == 3
-    out = run_cli(["runs", "list", "--groups", "--format", "json", "--runs-dir", seeds], seeds, tmp_path / "data")
+    out = brnn(["runs", "list", "--groups", "--format", "json", "--runs-dir", seeds], seeds, tmp_path / "data")
     assert out.returncode == 0, out.stderr
     rows = {r["group"]: r for r in json.loads(out.stdout)}
     three = rows[group]
@@ -39,16 +39,16 @@ def test_runs_that_differ_only_in_seed_share_a_group(seeds, tmp_path):
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
-def test_export_writes_one_long_table_pandas_reads_back(seeds, tmp_path, suffix):
+def test_export_writes_one_long_table_pandas_reads_back(brnn, seeds, tmp_path, suffix):
     out_file = tmp_path / f"runs{suffix}"
-    out = run_cli(["runs", "export", "--out", out_file, "--filter", "lr >= 0.01", "--runs-dir", seeds], seeds,
-                  tmp_path / "data")
+    out = brnn(["runs", "export", "--out", out_file, "--filter", "lr >= 0.01", "--runs-dir", seeds], seeds,
+               tmp_path / "data")
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(out_file) if suffix == ".csv" else pd.read_parquet(out_file)
     assert frame["run_id"].nunique() == 3 and set(frame["train.lr"]) == {0.01}
     assert {"step", "split", "loss", "accuracy", "group", "tags", "train.seed"} <= set(frame.columns)
     assert len(frame) == 3 * len(frame[frame["run_id"] == frame["run_id"].iloc[0]])  # each copy's whole metrics
-    bad = run_cli(["runs", "export", "--out", tmp_path / "runs.xlsx", "--runs-dir", seeds], seeds, tmp_path / "data")
+    bad = brnn(["runs", "export", "--out", tmp_path / "runs.xlsx", "--runs-dir", seeds], seeds, tmp_path / "data")
     assert bad.returncode == 2 and ".csv or .parquet" in bad.stderr
 
 

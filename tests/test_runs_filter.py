@@ -94,7 +94,7 @@ def three_runs(tmp_path, finished):
                                                            {"lr": 0.001, "hidden_size": 64}])
 
 
-def test_a_runs_folder_filtered(three_runs, tmp_path):
+def test_a_runs_folder_filtered(brnn, three_runs, tmp_path):
     table = RunIndex(three_runs).table()
     assert list(filter_table(table, "lr < 0.005 and hidden == 16")["run_id"]) == ["20000102-000000-mnist-sample-aa01"]
     assert len(filter_table(table, "state:finished")) == 3 and len(filter_table(table, "not state:finished")) == 0
@@ -103,9 +103,9 @@ def test_a_runs_folder_filtered(three_runs, tmp_path):
     assert out.returncode == 0, out.stderr
     rows = list(csv.DictReader(io.StringIO(out.stdout)))
     assert sorted(float(r["lr"]) for r in rows) == [0.001, 0.003]
-    out = run_cli(["runs", "list", "--runs-dir", three_runs, "--format", "json"], three_runs, tmp_path / "data")
+    out = brnn(["runs", "list", "--runs-dir", three_runs, "--format", "json"], three_runs, tmp_path / "data")
     assert [r["run_id"][-4:] for r in json.loads(out.stdout)] == ["aa02", "aa01", "aa00"]
-    bad = run_cli(["runs", "list", "--runs-dir", three_runs, "--filter", "lr >> 1"], three_runs, tmp_path / "data")
+    bad = brnn(["runs", "list", "--runs-dir", three_runs, "--filter", "lr >> 1"], three_runs, tmp_path / "data")
     assert bad.returncode == 2 and "does not parse" in bad.stderr and "^" in bad.stderr
     assert "Traceback" not in bad.stderr
 

@@ -65,10 +65,9 @@ def test_teach_command_reports_drawings_and_validation_before_and_after(tmp_path
     assert run.config()["train"]["init_from"] == str(finished.best_ckpt.resolve())
 
 
-def test_teach_command_without_drawings_exits_2(tmp_path, finished):
-    done = subprocess.run([sys.executable, "-m", "brnn_core", "teach", str(finished.best_ckpt), "--runs-dir",
-                           str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data")], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
+def test_teach_command_without_drawings_exits_2(brnn, tmp_path, finished):
+    done = brnn(["teach", finished.best_ckpt, "--runs-dir", tmp_path / "runs", "--data-dir", tmp_path / "data"],
+                tmp_path / "runs", tmp_path / "data")
     assert done.returncode == 2 and "0 drawings saved" in done.stderr and "Predict page" in done.stderr
     assert not (tmp_path / "runs").exists() or not list_runs(tmp_path / "runs")
 

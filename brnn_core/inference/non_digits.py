@@ -1,5 +1,5 @@
 """Shapes that are not digits, drawn as the Predict page's canvas returns them: for measuring whether the
-"does not look like a digit" check flags them (tests, experiments/honest_confidence.py).
+"does not look like a digit" check flags them (tests, benchmarks/experiments/honest_confidence.py).
 
 Each shape is a few strokes in a box, drawn with a hand's wobble, a random size, slant, rotation, place and
 a round brush of 16-24 px on a transparent 280x280 RGBA canvas, white ink (as `strokes.render` draws digits).

@@ -1,7 +1,7 @@
 """What training-batch augmentation costs: training samples/s with and without it, alternated.
 
-    .venv/bin/python -m experiments.augment_cost --dataset mnist-sample --levels light,medium,strong --reps 12
-    .venv/bin/python -m experiments.augment_cost --smoke     # two rounds of two steps: the code path only
+    python -m benchmarks.experiments.augment_cost --dataset mnist-sample --levels light,medium,strong --reps 12
+    python -m benchmarks.experiments.augment_cost --smoke     # two rounds of two steps: the code path only
 
 The default model trains through `engine.train_one_epoch` with no augmentation and per level, in rotating
 rounds; also the augmentation alone (ms per batch) as a share of a plain step, steadier on a busy machine.
@@ -26,7 +26,7 @@ from brnn_core.model import RecurrentClassifier
 from brnn_core.training.engine import make_optimizer, train_one_epoch
 from brnn_core.training.splits import model_config_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sync(device: torch.device) -> None:

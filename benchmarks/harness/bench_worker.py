@@ -16,10 +16,10 @@ from pathlib import Path
 import psutil
 import torch
 
-from brnn_core.benchmarks.child import Child
-from brnn_core.benchmarks.context import Context
-from brnn_core.benchmarks.rows import Row, alternate, median, stat_row, throughput_row
-from brnn_core.benchmarks.sides import EngineTrainer
+from benchmarks.harness.child import Child
+from benchmarks.harness.context import Context
+from benchmarks.harness.rows import Row, alternate, median, stat_row, throughput_row
+from benchmarks.harness.sides import EngineTrainer
 from brnn_core.config import TrainConfig
 from brnn_core.runs.jobs import start_worker
 from brnn_core.text import plural

@@ -1,6 +1,6 @@
 """Each side of a comparison in a fresh Python process of its own (`Child`), and that process's end (`serve`).
 
-The child is `python -m brnn_core bench --serve KIND`: an internal option of the suite's CLI.
+The child is `python -m benchmarks --serve KIND`: an internal option of the suite's CLI.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from brnn_core.benchmarks.sides import BlogEvaluator, BlogTrainer, EngineEvaluator, EngineTrainer, Trainer
+from benchmarks.harness.sides import BlogEvaluator, BlogTrainer, EngineEvaluator, EngineTrainer, Trainer
 from brnn_core.data.loading import load_dataset
 from brnn_core.training.allocator import tune_malloc
 
@@ -24,7 +24,7 @@ try:
 except ImportError:  # Windows
     resource = None
 
-CHECKOUT = Path(__file__).resolve().parents[2]  # the folder brnn_core/ sits in: the child imports it from there
+CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout: the child imports benchmarks and brnn_core from there
 
 
 class Child:
@@ -41,7 +41,7 @@ class Child:
 
     def __init__(self, kind: str, device: torch.device, *, tuned: bool, spec: dict | None = None):
         self.kind = kind
-        cmd = [sys.executable, "-m", "brnn_core", "bench", "--serve", kind, "--device", str(device),
+        cmd = [sys.executable, "-m", "benchmarks", "--serve", kind, "--device", str(device),
                "--threads", str(torch.get_num_threads()), "--serve-spec", json.dumps(spec or {})]
         env = {**os.environ, "BRNN_MALLOC_TUNING": "1" if tuned else "0", "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,

@@ -1,7 +1,7 @@
 """How many epochs the offline sample's default run should train: test accuracy and time per setting.
 
-    .venv/bin/python -m experiments.epochs_default --epochs 2 20 --seeds 0 1 2 --runs-dir /tmp/epochs-runs
-    .venv/bin/python -m experiments.epochs_default --smoke     # one tiny run: the code path only
+    python -m benchmarks.experiments.epochs_default --epochs 2 20 --seeds 0 1 2 --runs-dir /tmp/epochs-runs
+    python -m benchmarks.experiments.epochs_default --smoke     # one tiny run: the code path only
 
 Each run is `python -m brnn_core train --set dataset=mnist-sample --set epochs=N --set seed=S` (the form's other
 defaults); finished runs in --runs-dir are reused. best.pt is scored on the real MNIST test digits (--test: only
@@ -24,7 +24,7 @@ from brnn_core.checkpoint import load_checkpoint
 from brnn_core.runs.rundir import Run, list_runs
 from brnn_core.training.engine import evaluate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TEST = ROOT.parent / "shared" / "data" / "mnist-test-8k.npz"
 DATASET = "mnist-sample"
 SMOKE_SETS = ("--set", "hidden_size=8", "--set", "num_layers=1", "--set", "drawn_share=0")  # trains in seconds

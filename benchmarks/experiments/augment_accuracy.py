@@ -1,7 +1,7 @@
 """Does augmentation help? Test accuracy of short default runs per augmentation level and seed.
 
-    .venv/bin/python -m experiments.augment_accuracy --levels off,light,medium,strong --seeds 0,1,2
-    .venv/bin/python -m experiments.augment_accuracy --smoke     # one tiny run: the code path, not the answer
+    python -m benchmarks.experiments.augment_accuracy --levels off,light,medium,strong --seeds 0,1,2
+    python -m benchmarks.experiments.augment_accuracy --smoke     # one tiny run: the code path, not the answer
 
 Each run is `python -m brnn_core train` with only epochs, augment, seed, dataset and one CPU thread set (a fixed
 thread count keeps CPU runs reproducible); finished runs in --runs-dir are reused. Test accuracy: the worker's
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from brnn_core.runs.rundir import Run, list_runs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 KEYS = ("dataset", "epochs", "seed", "augment")
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import torch
 
-from brnn_core.benchmarks import blog_baseline as blog
-from brnn_core.benchmarks.context import timed
+from benchmarks.harness import blog_baseline as blog
+from benchmarks.harness.context import timed
 from brnn_core.config import TrainConfig
 from brnn_core.data.batching import batches, epoch_order
 from brnn_core.model import ModelConfig, RecurrentClassifier
@@ -73,7 +73,7 @@ class EngineTrainer(Trainer):
 
 
 class BlogTrainer(Trainer):
-    """The blog script's training loop (brnn_core.benchmarks.blog_baseline) on the same uint8 images."""
+    """The blog script's training loop (benchmarks.harness.blog_baseline) on the same uint8 images."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, seed: int = 0):
         cfg = TrainConfig()

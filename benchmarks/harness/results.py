@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from brnn_core.benchmarks.rows import Row
+from benchmarks.harness.rows import Row
 from brnn_core.fileio import atomic_write
 
 CSV_FIELDS = ["bench", "case", "metric", "value", "unit", "lo", "hi", "spread_pct", "reps", "target", "met", "note"]
@@ -39,7 +39,7 @@ def format_table(rows: list[Row], meta: dict) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(head, *body, strict=False)]
     widths[-1] = len(head[-1])  # the note runs on freely
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()  # noqa: E731
-    out = [f"brnn_core bench, {meta['date']}: {meta['device']} ({meta['device_name']}), {meta['cpu']}, "
+    out = [f"benchmarks, {meta['date']}: {meta['device']} ({meta['device_name']}), {meta['cpu']}, "
            f"{meta['cores']} cores, {meta['threads']} torch threads, torch {meta['torch']}"
            + (f", load average {meta.get('load_avg_start')} -> {meta.get('load_avg_end')}" if meta.get("load_avg_start")
               else ""), "", line(head), line(["-" * w for w in widths])]

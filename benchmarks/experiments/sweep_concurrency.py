@@ -1,7 +1,8 @@
 """Sweep throughput: N short trials at several concurrencies, against the ideal and a single CLI run.
 
-    .venv/bin/python -m experiments.sweep_concurrency --trials 8 --concurrency 1,2 [--device cuda --gpus-per-trial 0.25]
-    .venv/bin/python -m experiments.sweep_concurrency --smoke     # 2 one-epoch trials at concurrency 1
+    python -m benchmarks.experiments.sweep_concurrency --trials 8 --concurrency 1,2 [--device cuda
+        --gpus-per-trial 0.25]
+    python -m benchmarks.experiments.sweep_concurrency --smoke     # 2 one-epoch trials at concurrency 1
 
 Each sweep is `python -m brnn_core sweep` (embedded Ray, fifo, `--search seed=grid:...`: the same model N times):
 wall time, Ray's start, the trials' time against perfect packing, per-trial samples/s against one CLI run of the
@@ -23,7 +24,7 @@ from pathlib import Path
 from brnn_core.runs.rundir import Run, list_runs
 from brnn_core.sweep.records import list_sweeps
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def model_sets(args) -> list[str]:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="mnist-sample")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--gpus-per-trial", type=float, default=0.0)
-    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--smoke", action="store_true", help="2 trials of 1 epoch, hidden 8, concurrency 1; no file")
     args = parser.parse_args(argv)
     if args.smoke:

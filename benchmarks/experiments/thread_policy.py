@@ -1,7 +1,7 @@
 """Which OpenMP/torch thread settings train fastest, alone and next to other work?
 
-    .venv/bin/python -m experiments.thread_policy [--rounds 3] [--steps 60] [--settings 1,2,2-passive,2-spin1k]
-    .venv/bin/python -m experiments.thread_policy --smoke     # one round, one setting, no load: the code path
+    python -m benchmarks.experiments.thread_policy [--rounds 3] [--steps 60] [--settings 1,2,2-passive,2-spin1k]
+    python -m benchmarks.experiments.thread_policy --smoke     # one round, one setting, no load: the code path
 
 Each setting (SETTINGS: threads and libgomp's wait policy, read once when torch loads) is a fresh training process;
 each load (none, a core burnt, a 30 %-bursty program, a twin training) runs beside it; rounds alternate every pair.
@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results"
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks" / "results"
 
 SETTINGS = {
     "1": {"threads": 1, "env": {}},
@@ -37,7 +37,7 @@ LOADS = ("none", "spinner", "bursty", "twin")
 CHILD = r"""
 import json, sys, time, torch
 from brnn_core.training.allocator import tune_malloc
-from brnn_core.benchmarks.sides import EngineTrainer
+from benchmarks.harness.sides import EngineTrainer
 from brnn_core.data.datasets import DatasetError
 from brnn_core.data.loading import load_dataset
 tune_malloc()

@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from brnn_core.benchmarks.context import Context, timed
-from brnn_core.benchmarks.rows import Row, median, percentile, stat_row
+from benchmarks.harness.context import Context, timed
+from benchmarks.harness.rows import Row, median, percentile, stat_row
 from brnn_core.checkpoint import save_checkpoint
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.inference.predictor import Predictor

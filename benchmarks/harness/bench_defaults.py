@@ -1,8 +1,7 @@
-"""The *defaults* and *concurrent* rows: what a user gets without touching a setting.
+"""The *defaults* row: what a user gets without touching a setting.
 
 *defaults*: `python -m brnn_core train --set dataset=D --set epochs=1` as a user types it (no thread settings)
-against the blog loop training the same epoch in a plain Python process, alternated. *concurrent*: two such CLI
-runs started together against one alone: summed samples/s and the slower one's share (neither may starve).
+against the blog loop training the same epoch in a plain Python process, alternated.
 A CLI run is timed from its metrics.csv (first logged step to the epoch's last), so start-up, data loading,
 validation and the test report are left out, as they are for the blog loop.
 """
@@ -14,12 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from brnn_core.benchmarks.bench_worker import worker_window
-from brnn_core.benchmarks.child import CHECKOUT, Child
-from brnn_core.benchmarks.context import Context
-from brnn_core.benchmarks.rows import Row, alternate, median, ratio_row, throughput_row
+from benchmarks.harness.bench_worker import worker_window
+from benchmarks.harness.child import CHECKOUT, Child
+from benchmarks.harness.context import Context
+from benchmarks.harness.rows import Row, alternate, ratio_row, throughput_row
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import DatasetError
 from brnn_core.runs.rundir import Run, list_runs
@@ -42,9 +39,9 @@ def default_env() -> dict[str, str]:
     return {**env, "BRNN_PROGRESS": "plain", "PYTHONUNBUFFERED": "1"}
 
 
-def start_cli(runs_dir: Path, dataset: str, seed: int = 0) -> subprocess.Popen:
+def start_cli(runs_dir: Path, dataset: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "brnn_core", "train", "--runs-dir", str(runs_dir), "--set", f"dataset={dataset}",
-           "--set", "epochs=1", "--set", f"seed={seed}", "--set", "device=cpu"]
+           "--set", "epochs=1", "--set", "seed=0", "--set", "device=cpu"]
     return subprocess.Popen(cmd, cwd=CHECKOUT, env=default_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
@@ -57,15 +54,15 @@ def cli_throughput(run: Run, n_images: int) -> float:
     return samples / float(train.loc[last, "elapsed_s"] - train.loc[first, "elapsed_s"])
 
 
-def cli_runs(runs_dir: Path, dataset: str, n_images: int, together: int = 1) -> list[float]:
-    """`together` CLI runs started at once; each one's throughput."""
+def cli_run(runs_dir: Path, dataset: str, n_images: int) -> float:
+    """One CLI run's throughput."""
     before = {r.id for r in list_runs(runs_dir)}
-    procs = [start_cli(runs_dir, dataset, seed=i) for i in range(together)]
-    errors = [p.communicate(timeout=3600)[1] for p in procs]
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"a CLI training run failed: {[e[-600:] for e in errors if e]}")
-    runs = [r for r in list_runs(runs_dir) if r.id not in before]
-    return [cli_throughput(r, n_images) for r in runs]
+    proc = start_cli(runs_dir, dataset)
+    err = proc.communicate(timeout=3600)[1]
+    if proc.returncode:
+        raise RuntimeError(f"a CLI training run failed: {err[-600:]}")
+    (run,) = [r for r in list_runs(runs_dir) if r.id not in before]
+    return cli_throughput(run, n_images)
 
 
 def bench_defaults(ctx: Context) -> list[Row]:
@@ -76,7 +73,7 @@ def bench_defaults(ctx: Context) -> list[Row]:
     blog = Child("blog", ctx.device, tuned=False, spec={"dataset": dataset})
     try:
         blog.call("train", steps=5)  # warm-up
-        res = alternate({"cli": lambda: cli_runs(runs_dir, dataset, n_images)[0],
+        res = alternate({"cli": lambda: cli_run(runs_dir, dataset, n_images),
                          "blog": lambda: blog.samples_per_s(steps)}, ctx.sizes.default_reps, ctx.log, "defaults ")
     finally:
         blog.close()
@@ -86,25 +83,3 @@ def bench_defaults(ctx: Context) -> list[Row]:
             throughput_row("defaults", "blog loop, plain process", res["blog"], f"{what}; torch's own threads"),
             ratio_row("defaults", "CLI defaults / blog loop", res["cli"], res["blog"], target=1.1,
                       note="alternated, back to back")]
-
-
-def bench_concurrent(ctx: Context) -> list[Row]:
-    dataset, n_images = dataset_for(ctx)
-    runs_dir = ctx.workdir / "concurrent-runs"
-    alone: list[float] = []
-    pairs: list[list[float]] = []
-    for r in range(ctx.sizes.concurrent_reps):
-        alone.append(cli_runs(runs_dir, dataset, n_images)[0])
-        pairs.append(cli_runs(runs_dir, dataset, n_images, together=2))
-        ctx.log(f"concurrent round {r + 1}: alone {alone[-1]:,.0f}, together "
-                f"{' + '.join(f'{v:,.0f}' for v in pairs[-1])} samples/s")
-    total = [sum(p) for p in pairs]
-    fair = [min(p) / max(p) for p in pairs]
-    threads = torch.get_num_threads()
-    return [throughput_row("concurrent", "one CLI run alone", alone, f"1 epoch of {dataset}, default settings"),
-            throughput_row("concurrent", "two CLI runs at once, summed", total,
-                           "started together; each re-plans its threads (threads.py)"),
-            ratio_row("concurrent", "two at once / one alone", total, alone, target=1.0),
-            Row("concurrent", "slower / faster of the two", "ratio", median(fair), "x", min(fair), max(fair),
-                len(fair), ">= 0.7", "yes" if median(fair) >= 0.7 else "no",
-                f"neither starves (bench process: {plural(threads, 'thread')})")]

@@ -1,7 +1,7 @@
 """What the default recipe costs per epoch: the shipped defaults against the blog's recipe, alternated.
 
-    .venv/bin/python -m experiments.recipe_cost --rounds 3
-    .venv/bin/python -m experiments.recipe_cost --smoke     # one round of a tiny model: the code path only
+    python -m benchmarks.experiments.recipe_cost --rounds 3
+    python -m benchmarks.experiments.recipe_cost --smoke     # one round of a tiny model: the code path only
 
 Both sides train 2 epochs on mnist-sample through `train_run_dir` (the worker's code), in turn: "new" as shipped,
 "old" with lr_schedule=constant, input_scale=unit and drawn_share=0. Prints each side's training samples/s

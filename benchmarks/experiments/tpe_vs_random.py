@@ -1,7 +1,7 @@
 """TPE against random search at the same trial budget: the best validation loss each finds, per seed.
 
-    .venv/bin/python -m experiments.tpe_vs_random --seeds 0 1 2 --trials 8
-    .venv/bin/python -m experiments.tpe_vs_random --smoke     # one seed, 2 one-epoch trials per algorithm
+    python -m benchmarks.experiments.tpe_vs_random --seeds 0 1 2 --trials 8
+    python -m benchmarks.experiments.tpe_vs_random --smoke     # one seed, 2 one-epoch trials per algorithm
 
 Runs `python -m brnn_core sweep` as a user would (embedded Ray, fifo, 2 trials at a time) with `--search-alg
 random` and `--search-alg tpe` on the same space and base seed. Decision: docs/decisions/015-tpe-vs-random.md.
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPACE = ["--search", "lr=loguniform:0.0003:0.1", "--search", "hidden_size=choice:8,16,32"]
 BASE = ["--set", "num_layers=1", "--set", "epochs=2", "--set", "batch_size=200"]
 

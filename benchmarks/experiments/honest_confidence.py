@@ -1,7 +1,7 @@
 """Honest confidence: temperature scaling's ECE before -> after, and which "not a digit" measure flags what.
 
-    .venv/bin/python -m experiments.honest_confidence RUN_DIR [RUN_DIR ...] [--draw-seeds 0] [--limit 8000]
-    .venv/bin/python -m experiments.honest_confidence --smoke     # one tiny run, a few drawings: the code path only
+    python -m benchmarks.experiments.honest_confidence RUN_DIR [RUN_DIR ...] [--draw-seeds 0] [--limit 8000]
+    python -m benchmarks.experiments.honest_confidence --smoke     # one tiny run, a few drawings: the code path only
 
 For each run's best.pt: T fitted on the validation split (brnn_core.inference.calibration), ECE (15 bins)
 before/after on validation, the dataset's test split and real MNIST test digits drawn as canvas strokes. Then
@@ -27,7 +27,7 @@ from brnn_core.inference.non_digits import SHAPES, drawing_set
 from brnn_core.inference.predictor import Predictor
 from brnn_core.runs.rundir import Run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT.parent / "shared" / "data" / "mnist-test-8k.npz"
 QUANTILES = (0.95, 0.975, 0.99, 0.995)
 TUNE_SEED, REPORT_SEED = 100, 200

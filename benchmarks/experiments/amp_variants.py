@@ -1,7 +1,7 @@
 """Where bf16 autocast loses accuracy: fp32 against bf16 variants of the autocast boundary, per seed.
 
-    .venv/bin/python -m experiments.amp_variants --seeds 0 1 2 3 4 [--variants fp32 bf16-whole bf16-boundary]
-    .venv/bin/python -m experiments.amp_variants --smoke     # a tiny run per variant: the code path only
+    python -m benchmarks.experiments.amp_variants --seeds 0 1 2 3 4 [--variants fp32 bf16-whole bf16-boundary]
+    python -m benchmarks.experiments.amp_variants --smoke     # a tiny run per variant: the code path only
 
 Each seed trains the defaults (5 epochs, mnist-sample) through `train_run_dir`, variants alternated within a seed;
 best.pt is scored in fp32 on the real MNIST test digits (--test: only measured, never trained or chosen on) and
@@ -26,14 +26,14 @@ import torch
 
 from benchmarks import drawn_digits
 from benchmarks.handwriting import DEFAULT_TEST, mnist_test, train
-from brnn_core.benchmarks.machine import cpu_model
 from brnn_core.devices import cpu_has_bf16
+from brnn_core.environment import cpu_model
 from brnn_core.model import RecurrentClassifier
 from brnn_core.runs.rundir import Run
 from brnn_core.training import engine
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "experiments" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
 SMOKE_SETS = {"hidden_size": 8, "num_layers": 1, "drawn_share": 0.0}
 
 
@@ -115,8 +115,8 @@ def summary(rows: list[dict], variant: str, fp32: dict[int, dict]) -> str:
 
 def speed(variants: list[str], rounds: int, steps: int) -> dict[str, list[float]]:
     """Train samples/s of each variant's engine step on mnist-sample, alternated rounds (fresh models, seed 0)."""
-    from brnn_core.benchmarks.rows import alternate
-    from brnn_core.benchmarks.sides import EngineTrainer
+    from benchmarks.harness.rows import alternate
+    from benchmarks.harness.sides import EngineTrainer
     from brnn_core.data.loading import load_dataset
 
     ds = load_dataset("mnist-sample")

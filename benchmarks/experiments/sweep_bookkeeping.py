@@ -1,7 +1,7 @@
 """The driver's bookkeeping per Tune result as trials pile up: early trials against the last ones.
 
-    .venv/bin/python -m experiments.sweep_bookkeeping --trials 200
-    .venv/bin/python -m experiments.sweep_bookkeeping --smoke     # 16 trials: the code path only
+    python -m benchmarks.experiments.sweep_bookkeeping --trials 200
+    python -m benchmarks.experiments.sweep_bookkeeping --smoke     # 16 trials: the code path only
 
 Builds N trial run directories (benchmarks/sweep_page.py's `make_sweep`) and feeds `steering.SweepCallback` one
 result and one end per trial, timing each call; beside it, ranking by re-reading every trial's metrics.csv

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from brnn_core.benchmarks.context import Context, sync, timed
-from brnn_core.benchmarks.rows import Row, median, throughput_row
-from brnn_core.benchmarks.sides import EngineTrainer
+from benchmarks.harness.context import Context, sync, timed
+from benchmarks.harness.rows import Row, median, throughput_row
+from benchmarks.harness.sides import EngineTrainer
 from brnn_core.config import TrainConfig
 from brnn_core.data.batching import to_input
 from brnn_core.model import ModelConfig, RecurrentClassifier, mode

@@ -1,7 +1,7 @@
 """Is the lr finder's suggestion a good peak lr? 5-epoch runs at the suggested lr against the default lr.
 
-    .venv/bin/python -m experiments.lr_find_check --seeds 0 1 2 --runs-dir /tmp/lr-find-runs
-    .venv/bin/python -m experiments.lr_find_check --smoke     # tiny runs: the code path only
+    python -m benchmarks.experiments.lr_find_check --seeds 0 1 2 --runs-dir /tmp/lr-find-runs
+    python -m benchmarks.experiments.lr_find_check --smoke     # tiny runs: the code path only
 
 Per seed: `python -m brnn_core lr-find --set seed=S --set epochs=E` (the form's other defaults), then
 `train` at the suggestion and at the default lr; best.pt is scored on the real MNIST test digits (--test: only
@@ -18,10 +18,18 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.experiments.epochs_default import (
+    DEFAULT_TEST,
+    ROOT,
+    SMOKE_SETS,
+    SMOKE_TEST_DIGITS,
+    mean_std,
+    score,
+    test_digits,
+)
 from brnn_core.config import TrainConfig
 from brnn_core.runs.rundir import Run
 from brnn_core.training import lr_find
-from experiments.epochs_default import DEFAULT_TEST, ROOT, SMOKE_SETS, SMOKE_TEST_DIGITS, mean_std, score, test_digits
 
 
 def suggestions(runs_dir: Path, seed: int, sets: tuple[str, ...]) -> dict[str, float]:

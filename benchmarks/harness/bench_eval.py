@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from brnn_core.benchmarks.child import children
-from brnn_core.benchmarks.context import Context
-from brnn_core.benchmarks.rows import Row, alternate, ratio_row, stat_row, throughput_row
+from benchmarks.harness.child import children
+from benchmarks.harness.context import Context
+from benchmarks.harness.rows import Row, alternate, ratio_row, stat_row, throughput_row
 from brnn_core.config import TrainConfig
 
 

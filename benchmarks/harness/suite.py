@@ -1,6 +1,6 @@
-"""`python -m brnn_core bench`: the benchmark suite (what each row means: benchmarks/README.md).
+"""`python -m benchmarks` (`make bench`): the benchmark suite (what each row means: benchmarks/README.md).
 
-Benchmarks (pick with --only, BENCHES): train, amp, worker, eval, predict, scaling, memory, defaults, concurrent.
+Benchmarks (pick with --only, BENCHES): train, amp, worker, eval, predict, scaling, memory, defaults.
 Comparisons alternate (A B A B ...), each side in a fresh process where process set-up is part of what is
 compared, so a load change hits every side alike; each row reports the median and the range. Results: one
 printed table, OUT/<date>_<device>.{csv,json} and OUT/latest.{csv,json}.
@@ -20,32 +20,31 @@ from pathlib import Path
 
 import torch
 
-from brnn_core.benchmarks.bench_defaults import bench_concurrent, bench_defaults
-from brnn_core.benchmarks.bench_eval import bench_eval
-from brnn_core.benchmarks.bench_predict import bench_predict
-from brnn_core.benchmarks.bench_scaling import bench_scaling
-from brnn_core.benchmarks.bench_training import bench_amp, bench_train
-from brnn_core.benchmarks.bench_worker import bench_memory, bench_worker
-from brnn_core.benchmarks.child import serve
-from brnn_core.benchmarks.context import Context, Sizes
-from brnn_core.benchmarks.machine import machine_info
-from brnn_core.benchmarks.results import clean_rows, format_table, write_results
-from brnn_core.benchmarks.rows import Row
+from benchmarks.harness.bench_defaults import bench_defaults
+from benchmarks.harness.bench_eval import bench_eval
+from benchmarks.harness.bench_predict import bench_predict
+from benchmarks.harness.bench_scaling import bench_scaling
+from benchmarks.harness.bench_training import bench_amp, bench_train
+from benchmarks.harness.bench_worker import bench_memory, bench_worker
+from benchmarks.harness.child import serve
+from benchmarks.harness.context import Context, Sizes
+from benchmarks.harness.machine import machine_info
+from benchmarks.harness.results import clean_rows, format_table, write_results
+from benchmarks.harness.rows import Row
 from brnn_core.config import TrainConfig
 from brnn_core.devices import device_problem, resolve_device
 from brnn_core.training.allocator import tune_malloc
 from brnn_core.training.threads import cpu_threads
 
-BENCHES = ("train", "amp", "worker", "eval", "predict", "scaling", "memory", "defaults", "concurrent")
+BENCHES = ("train", "amp", "worker", "eval", "predict", "scaling", "memory", "defaults")
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "train": bench_train, "amp": bench_amp, "worker": bench_worker, "eval": bench_eval,
     "predict": bench_predict, "scaling": bench_scaling, "memory": bench_memory, "defaults": bench_defaults,
-    "concurrent": bench_concurrent,
 }
 
 
-def build_parser(prog: str = "python -m brnn_core bench") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog,
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks",
                                      description="Benchmark suite; see benchmarks/README.md for what each row means.")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, under a minute)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
@@ -65,10 +64,9 @@ def build_parser(prog: str = "python -m brnn_core bench") -> argparse.ArgumentPa
     return parser
 
 
-def parse(argv: list[str] | None,
-          prog: str = "python -m brnn_core bench") -> tuple[argparse.Namespace, list[str]] | str:
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]] | str:
     """(options, selected benchmarks), or an error message naming the bad option."""
-    args = build_parser(prog).parse_args(argv)
+    args = build_parser().parse_args(argv)
     selected = [n.strip() for item in args.only for n in item.split(",") if n.strip()] or list(BENCHES)
     unknown = [n for n in selected if n not in BENCHES]
     if unknown:
@@ -110,8 +108,8 @@ def run_benches(ctx: Context, selected: list[str]) -> tuple[list[Row], list[dict
     return rows, errors
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m brnn_core bench") -> int:
-    parsed = parse(argv, prog)
+def main(argv: list[str] | None = None) -> int:
+    parsed = parse(argv)
     if isinstance(parsed, str):
         print(f"error: {parsed}", file=sys.stderr)
         return 2

@@ -37,14 +37,13 @@ class Sizes:
     scaling_seconds: float = 1.0  # each scaling point trains at least this long (and 2 steps) per sweep
     scaling_sweeps: int = 3  # round-robin passes over all scaling points
     breakdown_steps: int = 20
-    quick_data: bool = False  # defaults/concurrent rows on mnist-sample instead of fashion-mnist
+    quick_data: bool = False  # the defaults row on mnist-sample instead of fashion-mnist
     default_reps: int = 3  # alternated CLI-run / blog-epoch pairs (defaults rows)
-    concurrent_reps: int = 2  # (one run alone, two at once) rounds
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(train_steps=4, warmup_steps=2, reps=2, eval_reps=1, eval_dataset="mnist-sample", worker_reps=1,
-                   quick_data=True, default_reps=1, concurrent_reps=1,
+                   quick_data=True, default_reps=1,
                    worker_overrides={"val_fraction": 0.5, "log_interval": 5, "hidden_size": 32}, worker_warmup=False,
                    predict_calls=30,
                    scaling_batches=(32, 256), scaling_hidden=(64, 128), scaling_eval_batches=(100, 500),
