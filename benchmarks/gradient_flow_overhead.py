@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from brnn_core.benchmarks.machine import machine_info
+from benchmarks.harness.machine import machine_info
 from brnn_core.config import GRADIENT_FLOW_EVERY
 from brnn_core.data.loading import load_dataset
 from brnn_core.model import CELLS, ModelConfig, RecurrentClassifier, network_name

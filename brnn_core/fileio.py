@@ -130,13 +130,18 @@ def read_json(path: Path, default: Any = None) -> Any:
         raise
 
 
+_UNSIZED_READ = 1 << 16  # bytes
+
+
 def read_complete_lines(path: Path, offset: int = 0) -> tuple[list[str], int]:
     """Lines from byte `offset` that end in a newline, and the offset after the last one."""
     try:
         with open(path, "rb") as fh:
             fh.seek(offset)
-            # up to the size it has now: a path that is a device (a log linked to /dev/full) never ends
-            data = fh.read(max(os.fstat(fh.fileno()).st_size - offset, 0))
+            size = os.fstat(fh.fileno()).st_size
+            # up to the size it has now: a device (a log linked to /dev/full or /dev/zero) never ends. One that
+            # reports no size (a device, a /proc file) is read a bounded piece, so a read that fails still says so
+            data = fh.read(max(size - offset, 0) if size else _UNSIZED_READ)
     except OSError as exc:
         if _not_there(exc):
             return [], offset

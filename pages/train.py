@@ -79,8 +79,11 @@ def field(name: str, widget, *, start=None, **kwargs):
     """Draw one config widget, remember its value, and keep a slot under it for its validation error. The
     widget starts from the remembered form (or `start`), not from a reset default."""
     kwargs.setdefault("help", TrainConfig.help_for(name))
-    st.session_state.setdefault(form_key(name), form[name] if start is None else start)
-    value = widget(key=form_key(name), **kwargs)
+    key = form_key(name)
+    # set again on every run: the page is also served at /train (ui.navigation), where its widgets have other ids,
+    # and a widget whose id is new would start from its bare default, not from what the session typed
+    st.session_state[key] = st.session_state.get(key, form[name] if start is None else start)
+    value = widget(key=key, **kwargs)
     form[name] = value
     error_slots[name] = st.empty()
     labels[name] = kwargs["label"]
@@ -89,7 +92,7 @@ def field(name: str, widget, *, start=None, **kwargs):
 
 def seeds_field() -> None:
     """Seeds: one run per seed ("0,1,2" starts a seed group); the first is the form's seed."""
-    seeds_text()  # its default: the form's one seed
+    st.session_state[SEEDS_KEY] = seeds_text()  # its default: the form's one seed; set again as `field` says why
     st.text_input("Seeds", key=SEEDS_KEY, help="One run per seed, queued one after another: 0,1,2 trains the same "
                   "settings three times (a seed group, shown as mean ± std on the Runs page). "
                   + TrainConfig.help_for("seed"))
@@ -184,8 +187,8 @@ def on_start() -> None:
         return
     select_run(new[0].id)
     filled_from(forget=True)  # trained: the form is now simply the last one used
-    # where the queue puts it now (a sweep holding the machine counts too), else behind the run seen training
-    where = queue_place(new[0]) or (f"behind run {busy}" if busy else None)
+    # where the queue puts it now (a sweep holding the machine counts too), else what was seen busy before
+    where = queue_place(new[0]) or busy
     if where:
         flash("info", f"Queued {', '.join(r.id for r in new)} ({where.removeprefix('queued: ')}): "
               f"{'they start one after another' if len(new) > 1 else 'it starts'} when the device is free.")
@@ -355,6 +358,24 @@ def panel_message(live_run: Run, s: dict) -> str:
     return message
 
 
+def show_answers(live_run: Run, s: dict, events: list[dict]) -> None:
+    """The worker's answers to the live changes this session sent the run (the last three)."""
+    sent = st.session_state.get("pending", {}).get(live_run.id, {})
+    if s.get("state") not in ACTIVE_STATES:  # what was sent to this run is answered: its state says the rest
+        sent = {}
+        st.session_state.get("pending", {}).pop(live_run.id, None)
+    answers = st.container()  # one element, however many answers: the elements after it keep their place
+    for outcome in outcomes(events, dict(list(sent.items())[-3:])):
+        if outcome.result == "applied":
+            answers.success(f"{outcome.label}: applied, {outcome.message}", icon=":material/check:")
+        elif outcome.result == "done":
+            answers.info(f"{outcome.label}: {outcome.message}", icon=":material/check:")
+        elif outcome.result == "refused":
+            answers.warning(f"{outcome.label}: {outcome.message}")
+        else:
+            answers.caption(f"{outcome.label}: waiting for the worker…")
+
+
 def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: bool, flow_layer: int) -> None:
     """Re-reads the run directory on a timer; a state change reruns the whole page (buttons)."""
     live_run = Run(run_path)
@@ -378,20 +399,7 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     st.progress(min((s.get("step") or 0) / total, 1.0) if total else 0.0, text=progress_text(s, batch, pace) or (
         "waiting…" if s.get("state") in ACTIVE_STATES else "no step trained"))
     events = live_run.events()
-    sent = st.session_state.get("pending", {}).get(live_run.id, {})
-    if s.get("state") not in ACTIVE_STATES:  # what was sent to this run is answered: its state says the rest
-        sent = {}
-        st.session_state.get("pending", {}).pop(live_run.id, None)
-    answers = st.container()  # one element, however many answers: the elements after it keep their place
-    for outcome in outcomes(events, dict(list(sent.items())[-3:])):
-        if outcome.result == "applied":
-            answers.success(f"{outcome.label}: applied, {outcome.message}", icon=":material/check:")
-        elif outcome.result == "done":
-            answers.info(f"{outcome.label}: {outcome.message}", icon=":material/check:")
-        elif outcome.result == "refused":
-            answers.warning(f"{outcome.label}: {outcome.message}")
-        else:
-            answers.caption(f"{outcome.label}: waiting for the worker…")
+    show_answers(live_run, s, events)
     m1, m2, m3, m4 = st.columns(4)
     val = metrics[metrics["split"] == "val"]
     m1.metric("train loss", f"{logged['loss'].iloc[-1]:.4f}" if len(logged) else "–")

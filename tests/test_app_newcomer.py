@@ -207,6 +207,7 @@ def test_start_while_another_run_trains_queues_the_new_run_and_shows_it(dirs, fi
     ended = copy_run(finished, runs_dir, "20261202-080000-mnist-sample-0001")
     busy, _ = active_copy(finished, runs_dir)
     slot = queue.try_take(runs_dir, "cpu")  # the busy run's device, held by its stand-in worker (this process)
+    busy.write_status(slot="cpu")  # and recorded as its worker records it when its turn comes
     try:
         at = build_app()
         at.query_params["run"] = ended.id

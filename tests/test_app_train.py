@@ -241,20 +241,22 @@ def test_a_run_that_must_wait_is_announced_as_queued_with_its_place(dirs):
     """Nothing trains, but a sweep holds the machine: the new run waits, and the page says so and why at once
     (before its worker has said it), in the announcement and in the run's panel."""
     runs_dir, _ = dirs
-    me = psutil.Process()
-    sweep = runs_dir / "sweeps" / "20261203-120000-sweep"
-    sweep.mkdir(parents=True)
-    (sweep / "sweep.json").write_text(json.dumps({"state": "running", "pid": me.pid, "pid_started": me.create_time(),
-                                                  "host": socket.gethostname()}))
-    at = app()
-    at.number_input(key="w_hidden_size").set_value(8)
-    start_button(at).click().run()
-    no_exception(at)
-    [run] = list_runs(runs_dir)
-    place = f"1st in line, for cpu: sweep {sweep.name} is running"
-    assert not at.success, [s.value for s in at.success]  # not "Started run", not green
-    assert f"Queued {run.id} ({place}): it starts when the device is free." in info_texts(at)
-    assert f"queued: {place}" in info_texts(at)  # the panel says where it stands, not just "queued"
+    sweep = queue.new_job(runs_dir, "sweep", queue.EVERY_SLOT, title="sweep 20261203-120000-sweep")
+    lifecycle.joined_queue(sweep, os.getpid())  # this process stands in for the sweep's driver
+    slot = queue.try_take(runs_dir, "cpu")
+    lifecycle.took_slots(sweep, ("cpu",), "running")
+    try:
+        at = app()
+        at.number_input(key="w_hidden_size").set_value(8)
+        start_button(at).click().run()
+        no_exception(at)
+        [run] = list_runs(runs_dir)
+        place = "1st in line, behind sweep 20261203-120000-sweep on cpu"
+        assert not at.success, [s.value for s in at.success]  # not "Started run", not green
+        assert f"Queued {run.id} ({place}): it starts when the device is free." in info_texts(at)
+        assert f"queued: {place}" in info_texts(at)  # the panel says where it stands, not just "queued"
+    finally:
+        slot.release()
 
 
 def test_live_controls_show_the_shown_runs_values(dirs, finished):

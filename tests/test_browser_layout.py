@@ -17,7 +17,7 @@ from browser_server import browser_page, require_browser, start_server, stop_ser
 from helpers import REPO, copy_run
 from sweep_helpers import written_sweep
 
-from brnn_core.benchmarks.bench_predict import synthetic_canvas
+from benchmarks.harness.bench_predict import synthetic_canvas
 from brnn_core.data.drawings import is_held_out, save_drawing
 
 require_browser()

@@ -15,10 +15,10 @@ import pytest
 from helpers import REPO, TINY, make_run, worker_env
 
 from brnn_core import cli
-from brnn_core.locks import LockError
+from brnn_core.locks import LockError, try_lock
 from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.notes import MAX_NOTE, NOTES_NAME, read_notes, write_notes
-from brnn_core.runs.rundir import Run
+from brnn_core.runs.rundir import Run, RunError
 
 EACH = 40  # changes per process
 
@@ -131,10 +131,12 @@ def test_locks_never_lead_out_of_their_folder(runs_dir, tmp_path):
     linked = Run(runs_dir / elsewhere.id)
     linked.path.symlink_to(elsewhere.path, target_is_directory=True)
     before = sorted(p.name for p in elsewhere.path.iterdir())
-    with pytest.raises(LockError, match="leads out of"):
+    with pytest.raises(RunError, match="read-only here"):  # refused before any lock is tried
         linked.write_status(message="through the link")
-    with pytest.raises(LockError, match="leads out of"), worker_lock.hold(linked.path):
+    with pytest.raises(RunError, match="read-only here"), worker_lock.hold(linked.path):
         pass
+    with pytest.raises(LockError, match="leads out of"):  # and the locks refuse such a path on their own
+        try_lock(linked.path / ".status.lock", runs_dir)
     assert sorted(p.name for p in elsewhere.path.iterdir()) == before
     assert elsewhere.stored_status()["message"] == "queued"
 

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import EVERY_NET, build_app, no_exception, tiny_net
+from helpers import EVERY_NET, build_app, no_exception, rerun_until, tiny_net
 from test_model_engine import CUDNN_MESSAGE, CudnnLikeLSTM
 
 from brnn_core.data.batching import to_input
@@ -79,11 +79,14 @@ def panel(checkpoint: str, digit: list) -> None:
     import numpy as np
 
     from brnn_core.inference.predictor import Predictor
+    from ui.explaining import Explanations
     from ui.prediction import show_directions
 
     predictor = Predictor.from_checkpoint(checkpoint)
     x = np.asarray(digit, dtype=np.float32)
-    show_directions(predictor, x, int(np.argmax(predictor.predict(x))))
+    explain = Explanations(checkpoint, x)  # worked out in the background, as on the Predict page
+    show_directions(predictor, x, int(np.argmax(predictor.predict(x))), explain)
+    explain.wait()
 
 
 @pytest.mark.parametrize("net", ["two-way", "one-way"])
@@ -91,6 +94,7 @@ def test_the_predict_pages_chart_and_caption(net, trained_ckpt, gru_one_way, sam
     checkpoint = trained_ckpt if net == "two-way" else gru_one_way.best_ckpt
     at = build_app(function=panel, args=(str(checkpoint), (sample.test_x[0].float() / 255).tolist())).run()
     no_exception(at)
+    rerun_until(at, lambda a: len(a.get("plotly_chart")) == 1, "the strip, worked out in the background")
     [chart] = at.get("plotly_chart")
     spec = json.loads(chart.proto.spec)
     assert spec["layout"]["title"]["text"].startswith("What each direction drew on: ")

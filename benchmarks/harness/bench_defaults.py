@@ -20,7 +20,6 @@ from benchmarks.harness.rows import Row, alternate, ratio_row, throughput_row
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import DatasetError
 from brnn_core.runs.rundir import Run, list_runs
-from brnn_core.text import plural
 
 
 def dataset_for(ctx: Context) -> tuple[str, int]:

@@ -27,7 +27,7 @@ from brnn_core.runs import job_queue, lifecycle, worker_lock
 from brnn_core.runs.branch import create_branch
 from brnn_core.runs.protocol import SET
 from brnn_core.runs.retention import resume_problem as pruned_problem
-from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config
+from brnn_core.runs.rundir import Run, RunError, create_run, list_runs, new_run_config, write_problem
 from brnn_core.runs.seeds import seed_configs
 from brnn_core.states import ACTIVE_STATES, State
 from brnn_core.text import plural
@@ -65,6 +65,9 @@ def resume_problem(run: Run, live: dict | None = None) -> str | None:
     if fixed:
         return (f"a resume continues a run with its own config; only {', '.join(LIVE_FIELDS)} can change "
                 f"(e.g. epochs=5), not {', '.join(fixed)}")
+    linked = write_problem(run.path)  # a run linked in from elsewhere is read-only here
+    if linked:
+        return linked
     status = run.status()
     state = status.get("state")
     if state in ACTIVE_STATES:

@@ -151,8 +151,7 @@ def train_one_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, images: 
     device = images.device
     scaler = scaler or grad_scaler(device, amp)  # None unless fp16
     watch = watch or ExplosionWatch()
-    running = torch.zeros((), device=device)  # loss summed on the device since the last log
-    total = torch.zeros((), device=device)
+    running, total = torch.zeros((), device=device), torch.zeros((), device=device)  # loss sums: since the log, epoch
     since_log = batches = samples = 0
     last_time = time.perf_counter()
     with mode(model, True):
