@@ -448,3 +448,19 @@ def test_the_event_log_says_each_event_once(dirs, finished):
     assert any("finished: test accuracy" in line for line in lines), lines
     assert any(" · epoch 1: train loss" in line for line in lines), lines
     assert not any("finished: finished" in line or "epoch: epoch" in line for line in lines), lines
+
+
+def test_the_form_keeps_what_was_typed_at_both_addresses(dirs):
+    """Train is served at / and at /train (two pages of one script, so two ids per widget): a session that
+    moves between them keeps the form as typed, never a bare default such as a learning rate of 0."""
+    at = app()
+    no_exception(at)
+    at.number_input(key="w_hidden_size").set_value(64)
+    at.text_input(key="w_seeds").set_value("3,4")
+    at.run()
+    at.switch_page("pages/train.py").run()  # the page at /train
+    no_exception(at)
+    values = {n.key: n.value for n in at.number_input}
+    assert values["w_hidden_size"] == 64 and values["w_lr"] == 0.01 and values["w_batch_size"] == 100, values
+    assert at.text_input(key="w_seeds").value == "3,4"
+    assert not at.error, [e.value for e in at.error]
