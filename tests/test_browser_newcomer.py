@@ -206,7 +206,7 @@ def test_inside_the_lstm_on_a_drawn_digit(server, page):
     page.goto(f"{srv.url}/predict")
     prediction = page.locator("[data-testid=stMetric]").filter(has_text="Prediction")
     draw_until(prediction, page, list(SEVEN))
-    page.locator("[data-testid=stExpander] summary").filter(has_text="Inside the LSTM").click()
+    page.locator("[data-testid=stExpander] summary").filter(has_text="Inside the two-way LSTM").click()
     expect(page.get_by_text("Rows that mattered").first).to_be_visible()
     expect(page.get_by_text(re.compile(r"At row t the forward direction has read rows 0\.\.t")).first).to_be_visible()
     # the training digits' states are read once in the background; the next stroke shows the path
