@@ -14,9 +14,12 @@ import pytest
 from helpers import REPO, SMALL_MODEL, TINY, cli_env, copy_run, make_run, train_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 from brnn_core.cli import main
+from brnn_core.fileio import append_line
+from brnn_core.runs.gradient_flow import GradientFlowRecord, read_gradient_flow
 from brnn_core.runs.index import RunIndex, seed_group
 from brnn_core.runs.rundir import Run
 from brnn_core.runs.tensorboard_log import TensorBoardLog, has_events
@@ -162,6 +165,9 @@ def test_runs_export_writes_the_files_a_live_run_would_have(old_run, finished, c
     assert main(["runs", "export", "--format", "tensorboard", "--runs-dir", str(runs_dir)]) == 0  # again: skipped
     assert "already has TensorBoard files" in capsys.readouterr().out
     assert len(list(old_run.path.glob("events.out.tfevents.*"))) == 1
+    assert_flow_mirrored(exported, old_run)  # the gradient flow it recorded, each at the time of its step's row
+    flow = exported.Scalars("gradient_flow/layer1_forward/row_read_first")[0]
+    assert flow.step == 0 and flow.wall_time == pytest.approx(started, abs=1e-3)  # before the first row: the start
 
 
 def test_runs_export_into_another_folder_leaves_the_runs_alone(old_run, tmp_path, capsys):
@@ -187,3 +193,66 @@ def test_runs_export_skips_a_training_run_and_a_linked_folder(old_run, tmp_path,
     out = capsys.readouterr().out
     assert f"{old_run.id}: skipped: still running" in out and f"{elsewhere.id}: skipped: its folder leads out" in out
     assert not has_events(old_run.path) and not has_events(elsewhere.path)
+
+
+# ------------------------------------------------------------------ the gradient flow through time
+def flow_ends(run: Run) -> dict[str, list[tuple[int, float, float]]]:
+    """From gradient_flow.csv: 'layer1_forward' -> [(step, ‖∂ℓ/∂h‖ at the row read first, at the row read last)]."""
+    frame = read_gradient_flow(run.gradient_flow_path)
+    ends: dict[str, list[tuple[int, float, float]]] = {}
+    for (step, layer, direction), rows in frame.groupby(["step", "layer", "direction"]):
+        norms = rows.sort_values("row")["grad_norm"].tolist()
+        first, last = (norms[0], norms[-1]) if direction == "forward" else (norms[-1], norms[0])
+        ends.setdefault(f"layer{layer}_{direction}", []).append((int(step), first, last))
+    return ends
+
+
+def assert_flow_mirrored(events: EventAccumulator, run: Run) -> None:
+    ends = flow_ends(run)
+    assert ends, "the run recorded no gradient flow"
+    for name, expected in ends.items():
+        tag = f"gradient_flow/{name}"
+        assert [s for s, _ in scalars(events, f"{tag}/row_read_first")] == [s for s, _, _ in expected]
+        assert [v for _, v in scalars(events, f"{tag}/row_read_first")] == pytest.approx([f for _, f, _ in expected])
+        assert [v for _, v in scalars(events, f"{tag}/row_read_last")] == pytest.approx([la for _, _, la in expected])
+        assert [v for _, v in scalars(events, f"{tag}/first_over_last")] == \
+            pytest.approx([f / la for _, f, la in expected], rel=1e-5)
+        step, table = texts(events, f"{tag}/profile")[-1]
+        frame = read_gradient_flow(run.gradient_flow_path)
+        latest = frame[(frame["step"] == step) & (frame["layer"] == int(name[5])) &
+                       (frame["direction"] == name.split("_")[1])].sort_values("row")
+        cells = [line.strip("| ").split(" | ") for line in table.splitlines() if line[:3].strip("| ").isdigit()]
+        assert cells == [[str(row), f"{v:.3g}"] for row, v in enumerate(latest["grad_norm"])]
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    [category] = layout.category
+    assert category.title == "Gradient flow through time"
+    assert [list(chart.multiline.tag) for chart in category.chart] == [[r"gradient_flow/.*/row_read_"],
+                                                                       [r"gradient_flow/.*/first_over_last"]]
+
+
+def test_the_gradient_flow_is_scalars_per_layer_and_direction_and_a_profile_table(finished):
+    assert_flow_mirrored(read(finished.path), finished)  # two layers, two directions: four of each
+    assert len(flow_ends(finished)) == 4
+
+
+def test_a_measurement_read_in_two_parts_is_written_once_whole(runs_dir):
+    """A live mirror may read a measurement's lines over two looks at the file: it waits for the last row."""
+    run = make_run(runs_dir, base=TINY)
+    norms = tuple(0.5 ** (27 - t) for t in range(28))  # a plain RNN's fading: row 0 gets 2^-27 of row 27's
+    lines = [GradientFlowRecord(4, 0.5, 1, direction, norms if direction == "forward" else norms[::-1]).lines()
+             for direction in ("forward", "backward")]
+    log = TensorBoardLog(run)
+    append_line(run.gradient_flow_path, "step,epoch,layer,direction,row,grad_norm\n" + "\n".join(lines[0][:10]))
+    log.follow()
+    log.writer.flush()
+    assert "gradient_flow/layer1_forward/row_read_first" not in read(run.path).Tags()["scalars"]
+    append_line(run.gradient_flow_path, "\n".join(lines[0][10:] + lines[1]))
+    log.close()
+    events = read(run.path)
+    for direction in ("forward", "backward"):
+        tag = f"gradient_flow/layer1_{direction}"
+        assert scalars(events, f"{tag}/row_read_first") == [(4, pytest.approx(2.0 ** -27))]
+        assert scalars(events, f"{tag}/row_read_last") == [(4, 1.0)]
+        assert scalars(events, f"{tag}/first_over_last") == [(4, pytest.approx(2.0 ** -27))]
+    assert_flow_mirrored(events, run)

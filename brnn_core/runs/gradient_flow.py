@@ -21,6 +21,7 @@ from brnn_core.fileio import append_line, inside, keep_rows, read_complete_lines
 
 FILE = "gradient_flow.csv"
 COLUMNS = ["step", "epoch", "layer", "direction", "row", "grad_norm"]
+ROWS = 28  # every dataset's images have 28 rows (data.datasets): one record is this many lines
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,40 @@ class GradientFlowRecord:
     direction: str  # forward (reads rows top down) or backward
     norms: tuple[float, ...]
 
+    @property
+    def in_reading_order(self) -> tuple[float, ...]:
+        """The norms from the row this direction reads first to the row it reads last (backward: bottom row first)."""
+        return self.norms if self.direction == "forward" else self.norms[::-1]
+
     def lines(self) -> list[str]:
         return [f"{self.step},{round(self.epoch, 4)},{self.layer},{self.direction},{row},{norm:.6g}"
                 for row, norm in enumerate(self.norms)]
+
+
+class RecordLines:
+    """The file's lines gathered back into whole records, for a reader that follows the file as it grows (the
+    TensorBoard mirror): a record is handed out once all its rows have arrived, whichever reads brought them."""
+
+    def __init__(self):
+        self._rows: dict[tuple[int, float, int, str], dict[int, float]] = {}
+
+    def add(self, line: str) -> GradientFlowRecord | None:
+        """Take one line; the record it completes, else None (the header and damaged lines are skipped)."""
+        values = line.split(",")
+        if len(values) != len(COLUMNS):
+            return None
+        try:
+            step, epoch, layer = int(values[0]), float(values[1]), int(values[2])
+            row, norm = int(values[4]), float(values[5])
+        except ValueError:
+            return None
+        key = (step, epoch, layer, values[3])
+        rows = self._rows.setdefault(key, {})
+        rows[row] = norm
+        if set(rows) != set(range(ROWS)):
+            return None
+        del self._rows[key]
+        return GradientFlowRecord(step, epoch, layer, values[3], tuple(rows[t] for t in range(ROWS)))
 
 
 def append_records(path: Path, records: Iterable[GradientFlowRecord]) -> None:

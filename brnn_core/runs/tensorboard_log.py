@@ -1,9 +1,10 @@
 """TensorBoard event files of a run, mirrored from the run's own records (docs/run-directory.md, "TensorBoard").
 
 A `TensorBoardLog` follows a run's files line by line (`SOURCES`: metrics.csv's rows as scalars, events.jsonl's
-lines as text) and writes what is new through `torch.utils.tensorboard.SummaryWriter`, so a run's event files
-say what its own files say, live or after the fact: the training session calls `follow` after it writes rows
-(`live`), and `runs export --format tensorboard` runs the same code once over a finished run (`export_run`).
+lines as text, gradient_flow.csv's measurements as scalars and a table) and writes what is new through
+`torch.utils.tensorboard.SummaryWriter`, so a run's event files say what its own files say, live or after the fact:
+the training session calls `follow` after it writes rows (`live`), and `runs export --format tensorboard` runs the
+same code once over a finished run (`export_run`).
 The files sit in the run's folder itself, so `tensorboard --logdir runs` names each run by its run id; the
 hyperparameters are one HParams session per run whose group is its seed group. A later worker of the same run
 (a resume) adds a file of its own that purges the steps after its checkpoint, as metrics.csv drops them.
@@ -14,6 +15,7 @@ needs it until a writer is made.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import math
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from brnn_core.fileio import read_complete_lines
+from brnn_core.runs import gradient_flow
+from brnn_core.runs.gradient_flow import GradientFlowRecord, RecordLines
 from brnn_core.runs.index import seed_group
 from brnn_core.runs.rundir import METRIC_COLUMNS, Run, write_problem
 from brnn_core.states import ACTIVE_STATES
@@ -37,6 +41,11 @@ FLUSH_S = 5  # how stale a live event file may be (TensorBoard itself reloads ev
 SCALARS = {"train": ("loss", "lr", "samples_per_s"), "val": ("loss", "accuracy"), "test": ("loss", "accuracy")}
 CHANGES_TAG, EVENTS_TAG = "live_changes", "events"  # `set` events (live changes), every other kind
 NOT_MIRRORED = ("traceback",)  # event kinds left out (a traceback is for worker.log readers, not a chart)
+FLOW_TAG = "gradient_flow"  # gradient_flow/layer1_forward/row_read_first, .../row_read_last, .../first_over_last
+# The Custom Scalars tab: every layer and direction of every run on one chart each (tags as regular expressions)
+FLOW_LAYOUT = {"Gradient flow through time": {
+    "‖∂ℓ/∂h_t‖ at the rows each direction reads first and last": ["Multiline", [rf"{FLOW_TAG}/.*/row_read_"]],
+    "share reaching the row read first (first / last)": ["Multiline", [rf"{FLOW_TAG}/.*/first_over_last"]]}}
 
 
 class TensorBoardMissing(ImportError):
@@ -83,6 +92,8 @@ def _metrics_row(log: TensorBoardLog, line: str) -> None:
         return
     log.step = max(log.step, step)
     walltime = log.walltime(row.get("elapsed_s"))
+    if row["split"] == "train":
+        log.row_logged(step, walltime)
     for name in SCALARS.get(row["split"], ()):
         with contextlib.suppress(ValueError):
             value = float(row[name])
@@ -105,7 +116,31 @@ def _event_line(log: TensorBoardLog, line: str) -> None:
     log.writer.add_text(tag, f"**{event.get('kind')}** {event.get('message', '')}", step, walltime=walltime)
 
 
-SOURCES = (Source("metrics.csv", _metrics_row), Source("events.jsonl", _event_line))
+def _flow_line(log: TensorBoardLog, line: str) -> None:
+    record = log.flow_lines.add(line)
+    if record is not None:  # the line completed one layer's and direction's measurement
+        _flow_record(log, record)
+
+
+def _flow_record(log: TensorBoardLog, record: GradientFlowRecord) -> None:
+    """One measurement as scalars (the ends of the profile and their ratio) and the whole profile as a table."""
+    if not log.flow_layout_written:
+        log.writer.add_custom_scalars(FLOW_LAYOUT)
+        log.flow_layout_written = True
+    tag, walltime = f"{FLOW_TAG}/layer{record.layer}_{record.direction}", log.walltime_at(record.step)
+    first, last = record.in_reading_order[0], record.in_reading_order[-1]
+    for name, value in (("row_read_first", first), ("row_read_last", last),
+                        ("first_over_last", first / last if last else math.nan)):
+        if math.isfinite(value):
+            log.writer.add_scalar(f"{tag}/{name}", value, record.step, walltime=walltime)
+    table = "\n".join(f"| {row} | {norm:.3g} |" for row, norm in enumerate(record.norms))
+    log.writer.add_text(f"{tag}/profile", f"‖∂ℓ/∂h_t‖ per image row t (0 the top) at step {record.step}\n\n"
+                                          f"| row | ‖∂ℓ/∂h_t‖ |\n| --- | --- |\n{table}", record.step,
+                        walltime=walltime)
+
+
+SOURCES = (Source("metrics.csv", _metrics_row), Source("events.jsonl", _event_line),
+           Source(gradient_flow.FILE, _flow_line))
 
 
 def _event_time(stamp: object) -> float | None:
@@ -126,6 +161,9 @@ class TensorBoardLog:
     def __init__(self, run: Run, target: Path | None = None, *, clock: float | None = None):
         self.run, self.target, self.clock = run, Path(target or run.path), clock
         self.step = 0  # the last step mirrored: text events without a step are placed there
+        self.flow_lines, self.flow_layout_written = RecordLines(), False
+        self._row_steps: list[int] = []  # an export's training rows: their steps and times (walltime_at)
+        self._row_times: list[float] = []
         fresh = not has_events(self.target)
         # A first writer mirrors the run's files from their start; a later one (a resume) from where they end
         # now, purging the steps after its checkpoint that the earlier writer may have written.
@@ -144,6 +182,19 @@ class TensorBoardLog:
             return self.clock + float(elapsed_s or 0)
         except ValueError:
             return None
+
+    def row_logged(self, step: int, walltime: float | None) -> None:
+        if walltime is not None and (not self._row_steps or step >= self._row_steps[-1]):
+            self._row_steps.append(step)
+            self._row_times.append(walltime)
+
+    def walltime_at(self, step: int) -> float | None:
+        """An export's time for a record made at `step` that has no time of its own (a gradient-flow measurement):
+        that of the last training row logged by then, else the run's start. Live: None (now)."""
+        if self.clock is None:
+            return None
+        before = bisect.bisect_right(self._row_steps, step) - 1
+        return self._row_times[before] if before >= 0 else self.clock
 
     def _hparams(self) -> None:
         """The run's settings as an HParams session, grouped with the other seeds of its settings; the metrics
