@@ -347,6 +347,10 @@ def resolve_epochs(epochs: int, dataset: str) -> int:
     return EPOCHS_AUTO.get(dataset, 2) if epochs == AUTO_EPOCHS else epochs
 
 
+# Why a live `epochs` of 0 is refused (the worker's check and the senders' alike)
+LIVE_AUTO_EPOCHS = "0 (auto) is for a new run; give the total number of epochs, at least 1"
+
+
 def asks_auto_epochs(value: Any) -> bool:
     """Whether a raw epochs value (form, `--set`, control command) is 0 = auto: a run in training needs a number."""
     try:

@@ -28,7 +28,7 @@ from brnn_core.data.datasets import DATASETS, availability, default_dataset
 from brnn_core.devices import amp_auto_label, device_choices
 from brnn_core.model import CELL_TITLES, INPUT_SCALES, ModelConfig, network_name
 from brnn_core.runs.progress import Pace, lr_plan, progress_text, queue_place
-from brnn_core.runs.protocol import STOP, event_text, live_settings, outcomes, send_live_changes
+from brnn_core.runs.protocol import STOP, event_text, live_problems, live_settings, outcomes, send_live_changes
 from brnn_core.runs.retention import resume_problem
 from brnn_core.runs.rundir import Run, RunError
 from brnn_core.runs.seeds import SeedsError
@@ -246,16 +246,6 @@ def live_controls_for(run_id: str) -> None:
         for name in LIVE_FIELDS:
             st.session_state.pop(f"live_{name}", None)
         st.session_state["live_for"] = run_id
-
-
-def live_problems(live_run: Run, wanted: dict) -> dict[str, str]:
-    """field -> what is wrong with a live value, checked as the form checks it (before anything is sent)."""
-    base = live_run.config().get("train") or {}
-    try:
-        TrainConfig.from_dict({**base, **{k: v for k, v in wanted.items() if v is not None}}, check_device=False)
-    except ConfigError as exc:
-        return {k: v for k, v in exc.errors.items() if k in LIVE_FIELDS}
-    return {}
 
 
 def on_apply_live(current: dict) -> None:

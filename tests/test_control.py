@@ -17,10 +17,10 @@ import torch
 from helpers import TINY, make_run, wait_for
 from helpers import TINY_STEPS_PER_EPOCH as SPE
 
-from brnn_core.config import TrainConfig
+from brnn_core.config import LIVE_FIELDS, TrainConfig
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.model import ModelConfig, RecurrentClassifier
-from brnn_core.runs.protocol import Outcome, live_settings, outcomes, send_live_changes
+from brnn_core.runs.protocol import Outcome, live_problems, live_settings, outcomes, send_live_changes
 from brnn_core.runs.rundir import Run, create_run
 from brnn_core.training.engine import make_optimizer
 from brnn_core.training.recorder import Position
@@ -146,6 +146,8 @@ def test_bad_values_are_refused_with_a_message_and_change_nothing(run, optimizer
     assert control.before_step(4) is True  # a refused value never stops training
     event = acks(run)[cid]
     assert event["kind"] == "warning" and event["message"].startswith(message) and event["step"] == 4, event
+    if field in LIVE_FIELDS:  # what the worker refuses, a sender (the Train page, the Python API) refuses first
+        assert live_problems(run, {field: value})[field] in event["message"]
     assert control.live.to_dict() == LIVE and lr_of(optimizer) == [0.01]
     assert run.stored_status().get("live", LIVE) == LIVE  # no status rewrite claims a change
     [outcome] = outcomes(run.events(), {cid: f"{field} → {value}"})

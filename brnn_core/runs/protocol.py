@@ -14,7 +14,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from brnn_core.config import LIVE_FIELDS, OLDER_RUN_DEFAULTS
+from brnn_core.config import (
+    LIVE_AUTO_EPOCHS,
+    LIVE_FIELDS,
+    OLDER_RUN_DEFAULTS,
+    ConfigError,
+    TrainConfig,
+    asks_auto_epochs,
+)
 
 PAUSE, RESUME, STOP, SET = "pause", "resume", "stop", "set"
 COMMANDS = (PAUSE, RESUME, STOP, SET)
@@ -85,6 +92,20 @@ def live_settings(run, status) -> dict:
     """The values a run trains with now: its live status, or its config before the worker reported any."""
     live = status.get("live") or {k: run.config().get("train", {}).get(k) for k in LIVE_FIELDS}
     return {**live, "augment": live.get("augment") or OLDER_RUN_DEFAULTS["augment"]}  # runs from before augmentation
+
+
+def live_problems(run, wanted: dict) -> dict[str, str]:
+    """field -> what is wrong with a wanted live value (None: left as it is), checked on the run's own config as the
+    worker will check it, so that nothing it would refuse is sent (the Train page, the Python API's `set`)."""
+    asked = {k: v for k, v in wanted.items() if v is not None}
+    problems = {}
+    try:
+        TrainConfig.from_dict({**(run.config().get("train") or {}), **asked}, check_device=False)
+    except ConfigError as exc:
+        problems = {k: v for k, v in exc.errors.items() if k in LIVE_FIELDS}
+    if "epochs" not in problems and asks_auto_epochs(asked.get("epochs")):
+        problems["epochs"] = LIVE_AUTO_EPOCHS
+    return problems
 
 
 def send_live_changes(run, current: dict, wanted: dict) -> dict[str, str]:

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from brnn_core.config import LIVE_FIELDS, TrainConfig, asks_auto_epochs
+from brnn_core.config import LIVE_AUTO_EPOCHS, LIVE_FIELDS, TrainConfig, asks_auto_epochs
 from brnn_core.runs.protocol import ACKS, PAUSE, REFUSED, RESUME, SET, STOP, Command, change_message
 from brnn_core.states import State
 
@@ -38,7 +38,7 @@ class LiveSettings:
         if name not in LIVE_FIELDS:
             raise ValueError(f"{name!r} cannot change while training (only {', '.join(LIVE_FIELDS)})")
         if name == "epochs" and asks_auto_epochs(value):  # auto is the dataset's number for a new run only
-            raise ValueError("epochs 0 (auto) is for a new run; give the total number of epochs, at least 1")
+            raise ValueError(f"epochs {LIVE_AUTO_EPOCHS}")
         checked = TrainConfig.from_dict({**TrainConfig().to_dict(), **self.to_dict(), name: value},
                                         check_device=False)
         return dataclasses.replace(self, **{name: getattr(checked, name)})
