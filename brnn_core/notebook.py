@@ -235,7 +235,8 @@ class ProgressBar:
             from tqdm.auto import tqdm
         else:  # tqdm.auto would warn in Jupyter without ipywidgets before it falls back to the text bar
             from tqdm.std import tqdm
-        self.bar = tqdm(total=None, bar_format=run_id + " {percentage:3.0f}%|{bar:20}| {desc}", leave=True)
+        self.bar = tqdm(total=None, bar_format=run_id + " {percentage:3.0f}%|{bar:20}| {desc}", leave=True,
+                        delay=1e-9)  # drawn first by `show`, with the run's words
         self.shown: tuple = ()
 
     def show(self, status: RunStatus, run: Run) -> None:
