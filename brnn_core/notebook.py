@@ -193,7 +193,8 @@ class RunHandle:
                              "can (another setting needs a new run: brnn_core.start)")
         problems = live_problems(self._run, changes)
         if problems:
-            said = "; ".join(f"{name}={changes[name]!r}: {why}" for name, why in problems.items())
+            said = "; ".join(f"{name}={changes[name]!r}: {why}" if name in changes else f"{name}: {why}"
+                             for name, why in problems.items())  # (the latter: the run's own config is damaged)
             raise ValueError(f"not sent to run {self.id}: {said}")
 
     def _active(self, doing: str) -> RunStatus:
