@@ -43,9 +43,9 @@ READING_INPUT_JS = f"""() => {{
 
 
 @pytest.fixture(scope="module")
-def server(trained_run, tmp_path_factory):
+def server(finished, tmp_path_factory):
     root = tmp_path_factory.mktemp("predict-walk")
-    copy_run(trained_run, root / "runs")
+    copy_run(finished, root / "runs")
     srv = start_server(root / "runs", root / "data", root / "server.log")
     yield srv
     stop_server(srv)
@@ -64,8 +64,8 @@ def shown_input(page, src: str) -> np.ndarray:
     return big.reshape(28, 6, 28, 6).mean(axis=(1, 3))
 
 
-def test_two_quick_strokes_show_the_final_drawings_input_and_answer(server, trained_run, tmp_path):
-    predictor = Predictor.from_checkpoint(trained_run.best_ckpt)
+def test_two_quick_strokes_show_the_final_drawings_input_and_answer(server, finished, tmp_path):
+    predictor = Predictor.from_checkpoint(finished.best_ckpt)
     with browser_page(tmp_path / "last.png", T) as page:
         page.goto(f"{server.url}/predict")
         expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.")).to_be_visible()
