@@ -1,6 +1,6 @@
 """Where bf16 autocast loses accuracy: fp32 against bf16 variants of the autocast boundary, per seed.
 
-    python -m benchmarks.experiments.amp_variants --seeds 0 1 2 3 4 [--variants fp32 bf16-whole bf16-boundary]
+    python -m benchmarks.experiments.amp_variants --seeds 0 1 2 3 4 [--variants fp32 bf16-whole bf16-boundary auto]
     python -m benchmarks.experiments.amp_variants --smoke     # a tiny run per variant: the code path only
 
 Each seed trains the defaults (5 epochs, mnist-sample) through `train_run_dir`, variants alternated within a seed;
@@ -66,6 +66,7 @@ VARIANTS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager]]]
     "bf16-whole": ("bf16", whole_model_autocast),
     "bf16-head32": ("bf16", bf16_validation),
     "bf16-boundary": ("bf16", contextlib.nullcontext),
+    "auto": ("auto", contextlib.nullcontext),  # the default: bf16-boundary where the CPU runs bf16, else fp32
 }
 
 
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     sets, limit, drawn_step = ({}, None, 1) if not args.smoke else (SMOKE_SETS, 200, 10)
     if args.smoke:
         args.seeds, args.epochs = args.seeds[:1], 1
-    variants = [v for v in args.variants if VARIANTS[v][0] == "off" or cpu_has_bf16()]
+    variants = [v for v in args.variants if VARIANTS[v][0] in ("off", "auto") or cpu_has_bf16()]
     for skipped in sorted(set(args.variants) - set(variants)):
         print(f"skipped {skipped}: this CPU lacks native bf16 (AVX512-BF16 or AMX)")
     digits, labels = drawn_digits.bench_digits()
