@@ -26,7 +26,8 @@ AUTO_HEAD = "auto"
 HEADS = (AUTO_HEAD, "bidir", "last")
 CELL_NAMES = tuple(CELLS)  # lstm, gru, rnn: the one list is model.CELLS
 OPTIMIZERS = ("adam", "adamw", "sgd")
-# "auto": bf16 where the device runs it natively, else off (devices.resolve_amp; docs/decisions/016-amp-auto.md)
+# "auto", the default: bf16 where the device runs it natively, else off (devices.resolve_amp;
+# docs/decisions/016-amp-auto.md for the mechanics, 022-amp-auto-default.md for the default)
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 # Training-batch augmentation (brnn_core/data/augment.py holds what each level does). "auto" picks per dataset:
 AUGMENT_LEVELS = ("auto", "off", "light", "medium", "strong")
@@ -135,11 +136,12 @@ class TrainConfig:
     eval_batch_size: int = field(default=250, metadata={
         "help": "Images per evaluation batch. The default was fastest on CPU (larger batches cost page faults: "
                 "docs/decisions/003-eval-batch-size.md).", "range": (1, 65536)})
-    amp: str = field(default="off", metadata={
-        "help": "Mixed precision: off (fp32); auto = bf16 where the device runs it natively (a CPU with "
-                "AVX512-BF16 or AMX, a CUDA GPU with bf16), else off, about twice as fast on such a CPU; bf16; "
-                "or fp16 (CUDA only). The run records what auto chose; the classifier layer, the loss and "
-                "best.pt's validation stay fp32 (docs/decisions/016-amp-auto.md)."})
+    amp: str = field(default="auto", metadata={
+        "help": "Mixed precision: auto (the default) = bf16 where the device runs it natively (a CPU with "
+                "AVX512-BF16 or AMX, a CUDA GPU with bf16), about twice as fast on such a CPU and as accurate, "
+                "else off; off (fp32, the blog's); bf16; or fp16 (CUDA only). The run records what auto chose and "
+                "keeps it when resumed or branched; the classifier layer, the loss and best.pt's validation stay "
+                "fp32 (docs/decisions/016-amp-auto.md, 022-amp-auto-default.md)."})
     augment: str = field(default="auto", metadata={
         "help": "Random rotation, scale, slant, shift and stroke thickness per training image (never on validation "
                 "or test), so drawn digits are recognised: off, light, medium, strong, or auto = "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brnn_core.checkpoint import Checkpoint, load_checkpoint
-from brnn_core.config import TrainConfig
+from brnn_core.config import OLDER_RUN_DEFAULTS, TrainConfig
 from brnn_core.data.datasets import DATASETS
 from brnn_core.runs.notes import read_notes, write_notes
 from brnn_core.runs.retention import pruned_reason
@@ -70,6 +70,7 @@ def parent_values(parent: Run, ckpt: Checkpoint) -> dict:
     saved = {k: v for k, v in ckpt.train_config.items() if k in known}
     base = {k: v for k, v in parent.config().get("train", {}).items() if k in known} or saved
     values = {**base, **{k: v for k, v in ckpt.train_config.get("live", {}).items() if k in known}}
+    values.setdefault("amp", OLDER_RUN_DEFAULTS["amp"])  # a parent from before the setting trained in fp32
     if values.get("amp") == "auto":  # the precision the parent trained in, as its first start resolved auto
         values["amp"] = parent.config().get("amp") or saved.get("amp") or "auto"
     return values

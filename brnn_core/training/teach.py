@@ -13,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from brnn_core.checkpoint import CheckpointError, load_checkpoint
-from brnn_core.config import TEACH_DEFAULTS, TrainConfig
+from brnn_core.config import OLDER_RUN_DEFAULTS, TEACH_DEFAULTS, TrainConfig
 from brnn_core.data.datasets import DATASETS, default_dataset
 from brnn_core.data.drawings import MIN_FOR_ACCURACY, as_tensors, drawings_dir, list_drawings
+from brnn_core.devices import amp_problem, device_problem
 
 MIN_TO_TEACH = MIN_FOR_ACCURACY  # saved drawings of the checkpoint's classes before Teach it is offered
 INHERITED = ("hidden_size", "num_layers", "head", "dropout", "batch_size", "optimizer", "momentum", "weight_decay",
@@ -44,6 +45,7 @@ def teach_config(checkpoint: Path | str, data_dir: Path, **overrides) -> TrainCo
     dataset = saved.get("dataset") if saved.get("dataset") in DATASETS else default_dataset(data_dir)
     mc = ckpt.model_config
     values = {k: saved[k] for k in INHERITED if k in saved}
+    values["amp"] = teach_amp(saved)
     values.update(cell=mc.cell, bidirectional=mc.bidirectional, hidden_size=mc.hidden_size, num_layers=mc.num_layers,
                   head=mc.head, input_scale=mc.input_scale, dataset=dataset,
                   init_from=str(path), **TEACH_DEFAULTS)
@@ -52,3 +54,13 @@ def teach_config(checkpoint: Path | str, data_dir: Path, **overrides) -> TrainCo
         raise CheckpointError(f"{path} predicts {mc.num_classes} classes but {values['dataset']} has "
                               f"{len(DATASETS[values['dataset']].classes)}: teach a checkpoint of that dataset")
     return TrainConfig.from_dict(values)
+
+
+def teach_amp(saved: dict) -> str:
+    """The fine-tune's precision: the one the checkpoint trained in (fp32 for one from before the setting), or
+    auto where this machine cannot run it (a bf16 checkpoint brought to a CPU without native bf16)."""
+    amp = str(saved.get("amp") or OLDER_RUN_DEFAULTS["amp"])
+    device = str(saved.get("device") or "auto")
+    if not device_problem(device) and amp_problem(amp, device):
+        return "auto"
+    return amp
