@@ -25,7 +25,7 @@ from brnn_core.config import (
     resolve_head,
 )
 from brnn_core.data.datasets import DATASETS, availability, default_dataset
-from brnn_core.devices import amp_auto_label, device_choices
+from brnn_core.devices import device_choices
 from brnn_core.model import CELL_TITLES, INPUT_SCALES, ModelConfig, network_name
 from brnn_core.runs.progress import Pace, lr_plan, progress_text, queue_place
 from brnn_core.runs.protocol import STOP, event_text, live_problems, live_settings, outcomes, send_live_changes
@@ -37,10 +37,12 @@ from brnn_core.states import ACTIVE_STATES, ENDED_STATES, RESUMABLE_STATES, Stat
 from ui.branch import branch_form
 from ui.common import (
     LIVE_REFRESH_S,
+    TRAINED_IN,
     active_run_id,
     flash,
     folders,
     memo,
+    precision_label,
     registry,
     run_picker,
     select_run,
@@ -55,10 +57,12 @@ from ui.warmup import predraw_progress
 
 runs_dir, data_dir = folders()
 form = train_form(data_dir)  # survives page changes; complete however another page filled it
-asked = TrainConfig(**{k: st.session_state.get(form_key(k), form[k]) for k in ("cell", "bidirectional")})
+asked = {k: st.session_state.get(form_key(k), form[k]) for k in ("cell", "bidirectional", "amp", "device")}
 st.title("Train a recurrent network")
-st.caption(f"The form trains a {network_name(asked)}: each 28×28 image is read row by row, 28 steps of 28 pixels, "
-           + ("top down and bottom up." if asked.bidirectional else "top down."))
+st.caption(f"The form trains a {network_name(TrainConfig(cell=asked['cell'], bidirectional=asked['bidirectional']))}: "
+           "each 28×28 image is read row by row, 28 steps of 28 pixels, "
+           + ("top down and bottom up" if asked["bidirectional"] else "top down")
+           + f"; mixed precision {precision_label(asked['amp'], asked['device'])} (Advanced).")
 predraw_progress(runs_dir, data_dir)
 run = run_picker(runs_dir)
 status = run.status() if run else {}
@@ -160,7 +164,7 @@ with left:
                             ("gradient_flow_every", "Gradient flow every N steps (0 = off)")):
             field(name, st.number_input, label=label, step=1)
         field("amp", st.selectbox, label="Mixed precision", options=AMP_MODES,
-              format_func=lambda a: amp_auto_label(form["device"]) if a == "auto" else a)
+              format_func=lambda a: precision_label(a, form["device"]))
 
     try:
         config = TrainConfig.from_dict(form)
@@ -372,9 +376,12 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     s = live_run.status()
     if s.get("state") != seen_state:
         st.rerun()
-    train = live_run.config().get("train") or {}
+    config = live_run.config()
+    train = config.get("train") or {}
     network = f" · {network_name(ModelConfig(**architecture(train)))}" if train else ""  # the run's, not the form's
-    st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`{network}")
+    trained_in = TRAINED_IN.get(config.get("amp"))  # what its worker resolved amp to, once it has started
+    st.markdown(f"### {state_label(s.get('state'))} · `{live_run.id}`{network}"
+                + (f" · {trained_in}" if trained_in else ""))
     message = panel_message(live_run, s)
     slot = st.empty()  # always one element here: a changing element count leaves stale copies on screen
     if message and not (s.get("state") == State.RUNNING and message.startswith("epoch ")):  # the progress line has it
@@ -396,7 +403,6 @@ def live_panel(run_path: str, seen_state: str | None, smoothing: float, log_y: b
     m2.metric("val loss", f"{val['loss'].iloc[-1]:.4f}" if len(val) else "–")
     m3.metric("val accuracy", f"{100 * val['accuracy'].iloc[-1]:.2f}%" if len(val) else "–")
     m4.metric("test accuracy", f"{100 * s['test_acc']:.2f}%" if s.get("test_acc") is not None else "–")
-    config = live_run.config()
     plan = lr_plan(config, s, events, start=int((config.get("parent") or {}).get("step", 0)))  # a branch: its own
     figures = cached_figures(live_run, metrics, smoothing, log_y, plan)
     loss_col, epoch_col = st.columns(2)

@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from brnn_core.data.datasets import default_data_dir
+from brnn_core.devices import amp_auto_label
 from brnn_core.runs.index import RunIndex
 from brnn_core.runs.index_store import STORE_NAME
 from brnn_core.runs.jobs import JobRegistry
@@ -67,6 +68,17 @@ def memo(name: str, key, build):
         hit = (key, build())
         st.session_state[slot] = hit
     return hit[1]
+
+
+# What a run trains in, from its config.json's top-level "amp" (auto already resolved by its worker).
+TRAINED_IN = {"off": "fp32", "bf16": "bf16", "fp16": "fp16"}
+
+
+def precision_label(amp: str, device: str) -> str:
+    """The form's words for a mixed-precision choice on `device` here: auto says what it resolves to."""
+    if amp == "auto":
+        return amp_auto_label(device)
+    return "off (fp32)" if amp == "off" else str(amp)
 
 
 def state_label(state: str | None) -> str:
