@@ -56,8 +56,9 @@ STEPS_PER_EPOCH = steps_per_epoch()  # at the default batch size
 # A run that never finishes by itself: a few steps an epoch (TINY_STEPS_PER_EPOCH, so last.pt and best.pt
 # are rewritten that often), a metrics row every step, a status rewrite every step.
 # Its lr is constant (the blog's recipe): a live lr change is the lr the next step uses, whatever the step.
+# It trains in fp32 on every machine, as make_run's runs do (see there).
 TINY = {"dataset": "mnist-sample", "device": "cpu", "hidden_size": 8, "num_layers": 1, "batch_size": 512,
-        "log_interval": 1, "epochs": 1000, "eval_batch_size": 500, "lr_schedule": "constant"}
+        "log_interval": 1, "epochs": 1000, "eval_batch_size": 500, "lr_schedule": "constant", "amp": "off"}
 TINY_STEPS_PER_EPOCH = steps_per_epoch(TINY["batch_size"])
 
 # SGD with weight decay 1 at lr 10 multiplies every weight by (1 - lr * wd) = -9 a step: the loss explodes within
@@ -262,10 +263,11 @@ def tiny_config(**overrides) -> TrainConfig:
 def make_run(runs_dir: Path, data_dir: Path | None = None, *, base: dict | None = None, **overrides) -> Run:
     """A complete, queued run directory (no worker started): `base` + overrides.
 
-    base: TrainConfig's defaults on CPU and mnist-sample unless given (TINY for a run that is cheap to
-    train and never ends by itself).
+    base: TrainConfig's defaults on CPU and mnist-sample in fp32 unless given (TINY for a run that is cheap to
+    train and never ends by itself): fp32 on every machine, so a test's numbers do not hang on whether the CPU
+    runs bf16; the default amp=auto is trained by tests/test_amp_auto.py and test_default_config_learns_mnist_sample.
     """
-    cfg = TrainConfig.from_dict({**(base or {"dataset": "mnist-sample", "device": "cpu"}), **overrides})
+    cfg = TrainConfig.from_dict({**(base or {"dataset": "mnist-sample", "device": "cpu", "amp": "off"}), **overrides})
     return create_run(runs_dir, new_run_config(cfg, data_dir or runs_dir))
 
 

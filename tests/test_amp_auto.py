@@ -23,7 +23,8 @@ from tests.helpers import TINY, build_app, make_run, no_exception
 CPU = torch.device("cpu")
 NATIVE_BF16 = devices.cpu_has_bf16()
 needs_bf16 = pytest.mark.skipif(not NATIVE_BF16, reason="this CPU lacks native bf16 (AVX512-BF16 or AMX)")
-RUN = {**TINY, "epochs": 2, "drawn_share": 0.0, "amp": "auto"}  # no pen-stroke copies to make: seconds a run
+# TINY without its amp: the default. No pen-stroke copies to make: seconds a run.
+RUN = {k: v for k, v in {**TINY, "epochs": 2, "drawn_share": 0.0}.items() if k != "amp"}
 
 
 def native_bf16(monkeypatch, value: bool) -> None:
@@ -34,8 +35,8 @@ def stop_after_first_epoch(run):
     return lambda epoch, metrics: run.send_command("stop")
 
 
-def test_auto_resolves_to_what_this_cpu_runs_natively_and_the_default_stays_fp32():
-    assert TrainConfig().amp == "off"  # docs/decisions/016-amp-auto.md: the drawn digits' spread decided it
+def test_auto_is_the_default_and_resolves_to_what_this_cpu_runs_natively():
+    assert TrainConfig().amp == "auto"  # docs/decisions/022-amp-auto-default.md
     assert devices.resolve_amp("auto", CPU) == ("bf16" if NATIVE_BF16 else "off")
     assert devices.amp_auto_label("cpu") == ("auto: bf16 on this CPU" if NATIVE_BF16 else
                                              "auto: off (fp32) on this CPU, which lacks native bf16")
@@ -77,6 +78,8 @@ def test_a_run_from_before_auto_resumes_in_fp32(tmp_path, monkeypatch):
     assert train_run_dir(run, data_dir=data) == "finished"
     assert run.config()["amp"] == "off"
     assert load_checkpoint(run.best_ckpt).train_config["amp"] == "off"
+    assert "amp" not in run.config()["train"]
+    assert plan_branch(runs, run.id, overrides={"epochs": 2}).cfg.amp == "off"  # its branch too, not the default
 
 
 def test_a_branch_keeps_the_precision_its_parent_trained_in(tmp_path, monkeypatch):
@@ -122,7 +125,9 @@ def test_the_train_page_says_what_auto_means_here(dirs):
     no_exception(at)
     options = at.selectbox(key="w_amp").options
     assert options[AMP_MODES.index("auto")] == devices.amp_auto_label("cpu")
-    assert at.selectbox(key="w_amp").value == "off"  # the default (docs/decisions/016-amp-auto.md)
+    assert at.selectbox(key="w_amp").value == "auto"  # the default (docs/decisions/022-amp-auto-default.md)
+    said = f"mixed precision {devices.amp_auto_label('auto')} (Advanced)"  # above the form, whose Advanced is shut
+    assert any(said in c.value for c in at.caption)
 
 
 def test_a_checkpoint_is_evaluated_in_its_runs_precision_only_where_this_machine_runs_it(monkeypatch):

@@ -18,7 +18,9 @@ from helpers import STEPS_PER_EPOCH, copy_run, torch_threads, train_run
 from torch import nn
 
 from brnn_core.checkpoint import load_checkpoint
+from brnn_core.config import TrainConfig
 from brnn_core.data.batching import to_input
+from brnn_core.devices import resolve_amp
 from brnn_core.model import ModelConfig, RecurrentClassifier, mode
 from brnn_core.training import recorder
 from brnn_core.training.engine import (
@@ -307,8 +309,9 @@ def test_default_config_learns_mnist_sample(runs_dir):
     # Every default (the blog's hidden 128, 2 layers, batch 100, Adam lr 0.01, and this project's recipe) for one
     # epoch: on one thread, as here, seeds 0, 1 and 2 each clear both bars below with points to spare (more epochs
     # only cost the suite time; the accuracy of the defaults' full training is a benchmark: benchmarks/README.md).
-    run, state = train_run(runs_dir, epochs=1, seed=0)
+    run, state = train_run(runs_dir, epochs=1, seed=0, amp=TrainConfig().amp)  # auto: what this machine makes of it
     assert state == "finished", run.status()
+    assert run.config()["amp"] == resolve_amp("auto", torch.device("cpu"))
     status = run.status()
     assert status["test_acc"] >= 0.88, status
     metrics = run.metrics()

@@ -8,9 +8,11 @@ import sys
 import time
 
 import pytest
+import torch
 from helpers import REPO, build_app, cli_env, copy_run, no_exception, rerun_until, wait_for
 from test_drawings import save_many
 
+from brnn_core import devices
 from brnn_core.config import TEACH_DEFAULTS
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.data.drawings import MIN_FOR_ACCURACY, list_drawings
@@ -39,6 +41,25 @@ def test_teach_config_keeps_the_checkpoints_cell_and_direction(tmp_path, gru_one
     saved_drawings(tmp_path, sample)
     cfg = teach_config(gru_one_way.best_ckpt, tmp_path)
     assert (cfg.cell, cfg.bidirectional, cfg.head, cfg.hidden_size) == ("gru", False, "last", 8)
+
+
+def test_teach_keeps_the_precision_its_checkpoint_trained_in(tmp_path, finished, sample, monkeypatch):
+    saved_drawings(tmp_path, sample)
+    payload = torch.load(finished.best_ckpt, weights_only=True)
+    assert payload["train_config"]["amp"] == "off" and teach_config(finished.best_ckpt, tmp_path).amp == "off"
+
+    def with_amp(amp: str | None) -> str:
+        """The fine-tune's amp for a copy of the checkpoint that trained in `amp` (None: from before the setting)."""
+        train = {k: v for k, v in payload["train_config"].items() if k != "amp"} | ({"amp": amp} if amp else {})
+        path = tmp_path / f"{amp}.pt"
+        torch.save({**payload, "train_config": train}, path)
+        return teach_config(path, tmp_path).amp
+
+    monkeypatch.setattr(devices, "cpu_has_bf16", lambda: True)
+    assert with_amp(None) == "off"  # trained in fp32 before amp existed: not today's default, auto
+    assert with_amp("bf16") == "bf16"
+    monkeypatch.setattr(devices, "cpu_has_bf16", lambda: False)
+    assert with_amp("bf16") == "auto"  # brought to a CPU without native bf16: what this one runs, not a refusal
 
 
 def test_too_few_drawings_say_how_many_to_save(tmp_path, finished, sample):
