@@ -39,6 +39,11 @@ EXPECTED = {  # (bench, case, metric) rows that a CPU run must produce
     ("scaling", "evaluate, eval batch 100", "throughput"),
     ("scaling", "step time: backward", "share"),
     ("memory", "worker peak RSS", "memory"),
+    ("defaults", "CLI, default settings", "throughput"),
+    ("defaults", "CLI, amp=off", "throughput"),
+    ("defaults", "blog loop, plain process", "throughput"),
+    ("defaults", "CLI defaults / blog loop", "ratio"),
+    ("defaults", "CLI amp=off / blog loop", "ratio"),
 }
 BF16_ROWS = {  # where the CPU has native bf16 (AVX512-BF16 or AMX); without it bf16 is skipped, not failed
     ("amp", "amp bf16 / amp off", "ratio"),
