@@ -30,6 +30,7 @@ from brnn_core.fileio import atomic_write
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = {"crash": training.check_crash, "dtype": training.check_dtype, "speed": training.check_speed,
           "graphs": training.check_graphs, "accuracy": training.check_accuracy, "amp": training.check_amp,
+          "cells": training.check_cells, "batch": training.check_batch,
           "picker": entrypoints.check_picker, "trials": entrypoints.check_trials}
 
 

@@ -1,4 +1,5 @@
-"""The checks of `make bench-gpu` that train: crash, dtype, speed, graphs, accuracy, amp (rows: their docstrings)."""
+"""The checks of `make bench-gpu` that train: crash, dtype, speed, graphs, amp, cells, batch, accuracy (rows: their
+docstrings)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from benchmarks.harness.rows import alternate
 from benchmarks.harness.sides import BlogTrainer, EngineTrainer
 from brnn_core.autocast_probe import lstm_autocast_dtype
 from brnn_core.config import TrainConfig
-from brnn_core.devices import cpu_has_bf16
-from brnn_core.model import ModelConfig, RecurrentClassifier
+from brnn_core.devices import cpu_has_bf16, resolve_amp
+from brnn_core.model import CELLS, ModelConfig, RecurrentClassifier, network_name
 from brnn_core.runs.rundir import create_run, new_run_config
 from brnn_core.training.engine import evaluate, make_optimizer, train_one_epoch
 from brnn_core.training.worker import train_run_dir
@@ -89,22 +90,34 @@ def check_dtype(b: Bench) -> None:
 
 
 # ------------------------------------------------------------------ speed
+def default_amp(device: torch.device) -> str:
+    """The precision a run at the defaults trains in on `device` (amp=auto as the device resolves it)."""
+    return resolve_amp(TrainConfig().amp, device)
+
+
 def check_speed(b: Bench) -> None:
+    """The engine in fp32 and at the defaults (amp auto) against the blog loop; what reading the loss costs."""
     x, y = b.train_data()
     engine, blog_side = EngineTrainer(x, y, b.device), BlogTrainer(x, y, b.device)
+    amp = default_amp(b.device)
+    defaults = EngineTrainer(x, y, b.device, amp=amp)
     engine_steps, blog_steps = (20, 5) if b.quick else (400, 100)
     # the same step with the loss read back once per measurement: what the read every 10 steps costs on this GPU
     unread = EngineTrainer(x, y, b.device, log_interval=engine_steps)
-    engine.run(10 if b.quick else 50)  # warm-up: cuDNN autotuning, allocator
-    unread.run(10 if b.quick else 50)
+    for side in (engine, unread, defaults):
+        side.run(10 if b.quick else 50)  # warm-up: cuDNN autotuning, allocator
     blog_side.run(5 if b.quick else 20)
     res = alternate({"engine": lambda: engine.samples_per_s(engine_steps),
                      "unread": lambda: unread.samples_per_s(engine_steps),
+                     "defaults": lambda: defaults.samples_per_s(engine_steps),
                      "blog": lambda: blog_side.samples_per_s(blog_steps)}, 2 if b.quick else 3, lambda m: None)
-    e, g = statistics.median(res["engine"]), statistics.median(res["blog"])
+    e, g, d = (statistics.median(res[k]) for k in ("engine", "blog", "defaults"))
+    b.add("speed", f"engine at the defaults (amp auto = {amp}) / blog", "ratio", d / g, "x",
+          values=[a / c for a, c in zip(res["defaults"], res["blog"], strict=True)], target=">= 1.5", met=d / g >= 1.5,
+          note=f"{d:,.0f} samples/s (docs/decisions/022-amp-auto-default.md)")
     b.add("speed", "engine, loss read every 10 steps / read once per measurement", "ratio",
           e / statistics.median(res["unread"]), "x", note="below 1: the host sync at each log costs that share")
-    b.add("speed", "brnn_core engine (defaults, loss read every 10 steps)", "throughput", e, "samples/s",
+    b.add("speed", "brnn_core engine (fp32, loss read every 10 steps)", "throughput", e, "samples/s",
           values=res["engine"], note=f"{engine_steps} steps per measurement, batch 100")
     b.add("speed", "blog loop (DataLoader of PIL images, loss.item() per step)", "throughput", g, "samples/s",
           values=res["blog"], note=f"{blog_steps} steps per measurement")
@@ -169,8 +182,57 @@ def graph_vs_eager(b: Bench, x, y, steps: int, size: dict) -> tuple[float, str]:
     return diff, graphed.graph.problem or f"{graphed.graph.replays} of {steps} steps replayed"
 
 
+# ------------------------------------------------------------------ cells
+def check_cells(b: Bench) -> None:
+    """Each cell, two-way and one-way, at the defaults (amp auto) against the blog loop (a two-way LSTM in fp32):
+    what each entry of `compare`'s matrix costs a step on this device."""
+    x, y = b.train_data()
+    amp = default_amp(b.device)
+    steps, blog_steps, size = (3, 2, {"hidden_size": 16}) if b.quick else (200, 50, {})
+    sides = {"blog": BlogTrainer(x, y, b.device)}
+    for cell in CELLS:
+        for two_way in (True, False):
+            network = {"cell": cell, "bidirectional": two_way}
+            sides[network_name(TrainConfig(**network))] = EngineTrainer(x, y, b.device, amp=amp, network=network,
+                                                                        **size)
+    for side in sides.values():
+        side.run(2 if b.quick else 20)  # warm-up: cuDNN picks each cell's kernels
+    res = alternate({n: (lambda t=t, k=blog_steps if n == "blog" else steps: t.samples_per_s(k))
+                     for n, t in sides.items()}, 2 if b.quick else 3, lambda m: None)
+    blog_rate = statistics.median(res["blog"])
+    b.add("cells", "blog loop (two-way LSTM, fp32)", "throughput", blog_rate, "samples/s", values=res["blog"])
+    for name in list(sides)[1:]:
+        rate = statistics.median(res[name])
+        b.add("cells", f"engine, {name} / blog", "ratio", rate / blog_rate, "x",
+              values=[a / c for a, c in zip(res[name], res["blog"], strict=True)],
+              note=f"{rate:,.0f} samples/s, amp {amp}")
+
+
+# ------------------------------------------------------------------ batch
+def check_batch(b: Bench) -> None:
+    """The defaults at the blog's batch 100 against batch 96: cuDNN's persistent RNN kernels want a batch that is a
+    multiple of 8; samples/s of each, in fp32 and at the default amp."""
+    x, y = b.train_data()
+    amp = default_amp(b.device)
+    steps, size = (3, {"hidden_size": 16}) if b.quick else (300, {})
+    sides = {(m, n): EngineTrainer(x, y, b.device, amp=m, batch_size=n, **size)
+             for m in dict.fromkeys(("off", amp)) for n in (100, 96)}
+    for side in sides.values():
+        side.run(2 if b.quick else 30)
+    res = alternate({k: (lambda t=t: t.samples_per_s(steps)) for k, t in sides.items()}, 2 if b.quick else 3,
+                    lambda m: None)
+    for m in dict.fromkeys(("off", amp)):
+        for n in (100, 96):
+            b.add("batch", f"engine, batch {n}, amp {m}", "throughput", statistics.median(res[(m, n)]), "samples/s",
+                  values=res[(m, n)])
+        b.add("batch", f"batch 96 / batch 100, amp {m}", "ratio",
+              statistics.median(res[(m, 96)]) / statistics.median(res[(m, 100)]), "x",
+              values=[a / c for a, c in zip(res[(m, 96)], res[(m, 100)], strict=True)],
+              note="above 1: a multiple of 8 pays (samples/s, so the smaller batch is not favoured)")
+
+
 # ------------------------------------------------------------------ accuracy (and amp)
-def brnn_run(b: Bench, seed: int, amp: str = "off") -> dict:
+def brnn_run(b: Bench, seed: int, amp: str = TrainConfig().amp) -> dict:
     """A real run through training.worker.train_run_dir; its test accuracy, samples/s and fp16 skipped steps."""
     cfg = TrainConfig(dataset=b.dataset, epochs=b.epochs, device=str(b.device), seed=seed, amp=amp,
                       **({"hidden_size": 32} if b.quick else {})).validate()
@@ -182,7 +244,7 @@ def brnn_run(b: Bench, seed: int, amp: str = "off") -> dict:
     metrics = run.metrics()
     rates = metrics[metrics["split"] == "train"]["samples_per_s"].iloc[1:]
     return {"test_acc": status["test_acc"], "samples_per_s": float(rates.median()),
-            "skipped": status.get("skipped_steps")}
+            "skipped": status.get("skipped_steps"), "amp": run.config().get("amp")}
 
 
 def blog_accuracy(b: Bench, seed: int) -> float:
@@ -203,11 +265,12 @@ def check_accuracy(b: Bench) -> None:
         b.add("accuracy", "test accuracy after 2 epochs", "accuracy", None, "%", note=b.data_note)
         return
     seeds = range(b.args.seeds)
-    ours = [100 * brnn_run(b, s)["test_acc"] for s in seeds]
+    runs = [brnn_run(b, s) for s in seeds]
+    ours = [100 * r["test_acc"] for r in runs]
     theirs = [100 * blog_accuracy(b, s) for s in seeds]
     what = f"{b.epochs} epoch(s) of {b.dataset}, seeds {list(seeds)}"
     b.add("accuracy", "brnn_core run (defaults: bidir head, 10% held out)", "accuracy", statistics.mean(ours), "%",
-          values=ours, note=what)
+          values=ours, note=f"{what}; amp auto = {runs[0]['amp']}")
     b.add("accuracy", "blog loop (out[:, -1, :], the whole training set)", "accuracy", statistics.mean(theirs), "%",
           values=theirs, note=what)
     diff = statistics.mean(ours) - statistics.mean(theirs)

@@ -15,7 +15,7 @@ import torch
 from helpers import REPO, TINY, train_run, worker_env
 
 from brnn_core.autocast_probe import lstm_autocast_dtype
-from brnn_core.devices import NVML_CHECK, cpu_has_bf16, device_problem
+from brnn_core.devices import NVML_CHECK, cpu_has_bf16, device_problem, resolve_amp
 from brnn_core.inference.explain import backward_in_eval
 from brnn_core.model import ModelConfig, RecurrentClassifier
 from brnn_core.runs.rundir import Run
@@ -64,7 +64,8 @@ def test_gpu_check_runs_on_a_bare_python_and_says_what_it_skipped(tmp_path):
     (tmp_path / "site").mkdir()
     site, out = hide_modules(tmp_path / "site"), tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.cuda_check", "--device", "cpu", "--quick", "--out",
-                           str(out), "--data-dir", str(tmp_path / "no-data"), "--only", "dtype,graphs,picker"],
+                           str(out), "--data-dir", str(tmp_path / "no-data"),
+                           "--only", "dtype,graphs,cells,batch,picker"],
                           cwd=REPO, env=worker_env(PYTHONPATH=str(site), CUDA_VISIBLE_DEVICES=""),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -76,6 +77,13 @@ def test_gpu_check_runs_on_a_bare_python_and_says_what_it_skipped(tmp_path):
     assert rows[("picker", "Train page Device select = config.device_choices()")]["note"].startswith("skipped")
     assert rows[("graphs", "weights after the same steps: graph vs eager")]["value"] == 0  # no graph on a CPU
     assert rows[("graphs", "engine amp off eager")]["value"] > 0 and rows[("graphs", "blog loop (fp32)")]["value"] > 0
+    amp = resolve_amp("auto", torch.device("cpu"))  # the defaults' precision here
+    for network in ("two-way LSTM (BiLSTM)", "one-way LSTM", "two-way GRU (BiGRU)", "one-way GRU",
+                    "two-way RNN (BiRNN)", "one-way RNN"):  # every entry of compare's matrix against the blog loop
+        row = rows[("cells", f"engine, {network} / blog")]
+        assert row["value"] > 0 and row["note"].endswith(f"amp {amp}"), row
+    for mode in dict.fromkeys(("off", amp)):  # batch 96 (a multiple of 8) against the blog's 100, fp32 and auto
+        assert rows[("batch", f"batch 96 / batch 100, amp {mode}")]["value"] > 0
 
 
 def test_the_check_skips_a_check_that_would_start_after_its_budget(tmp_path):

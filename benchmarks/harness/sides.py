@@ -34,8 +34,8 @@ class EngineTrainer(Trainer):
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, *, hidden_size: int | None = None,
                  batch_size: int | None = None, amp: str = "off", log_interval: int | None = None, seed: int = 0,
-                 graphs: bool = False):
-        cfg = TrainConfig()
+                 graphs: bool = False, network: dict | None = None):
+        cfg = TrainConfig(**(network or {}))  # network: another cell or direction, e.g. {"cell": "gru"}
         self.device = device
         self.batch_size = batch_size or cfg.batch_size
         self.amp = amp
