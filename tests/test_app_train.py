@@ -12,6 +12,7 @@ import pytest
 from helpers import build_app, copy_run, no_exception, rerun_until, wait_for, wait_for_state
 from streamlit.testing.v1 import AppTest
 
+from brnn_core.fileio import atomic_write_json
 from brnn_core.runs import job_queue as queue
 from brnn_core.runs import lifecycle
 from brnn_core.runs.gradient_flow import read_gradient_flow
@@ -94,10 +95,14 @@ def test_finished_run_buttons_and_panel(dirs, finished):
     assert buttons(at) == {"Start training": True, "Pause": False, "Resume": False, "Stop": False}
     panel = " ".join(m.value for m in at.markdown)
     assert run.id in panel and "finished" in panel
+    assert f"`{run.id}` · two-way LSTM (BiLSTM) · fp32" in panel  # the precision it trained in (config.json's amp)
     assert query_run(at) == run.id
     assert {m.label for m in at.metric} >= {"train loss", "val loss", "val accuracy", "test accuracy"}
     test_acc = next(m for m in at.metric if m.label == "test accuracy").value
     assert test_acc.endswith("%")
+    atomic_write_json(run.config_path, {**run.config(), "amp": "bf16"})  # what amp=auto resolves to on such a CPU
+    at.run()
+    assert f"`{run.id}` · two-way LSTM (BiLSTM) · bf16" in " ".join(m.value for m in at.markdown)
 
 
 def query_run(at: AppTest) -> str:
@@ -364,7 +369,7 @@ def test_the_form_trains_the_cell_and_direction_picked(dirs):
     at.toggle(key="w_bidirectional").set_value(False).run()
     no_exception(at)
     assert any("The form trains a one-way GRU: each 28×28 image is read row by row" in c.value and
-               c.value.endswith("top down.") for c in at.caption)
+               "top down; mixed precision auto: " in c.value for c in at.caption)
     head = at.selectbox(key="w_head")
     assert head.options[head.index] == "auto: last for this direction"
     head.select("bidir").run()
