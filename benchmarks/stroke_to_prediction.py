@@ -8,7 +8,7 @@ drawing's too.
 
 Without --runs-dir it first trains the default model for one epoch on mnist-sample from the CLI, in a temporary
 folder: a trained model is what makes integrated gradients slow (it refines its path). The default dataset's
-pen-stroke copies are made before the server starts (`python -m brnn_core.data.predraw`), as on any server after
+pen-stroke copies are made before the server starts (`python -m brnn_core predraw`), as on any server after
 its first minute: a fresh server draws them in the background, which slows everything else (benchmarks.first_contact
 measures that). Each repeat clears the canvas and draws the two strokes back to back, a slightly different 4 each
 time; the first repeat (PyTorch's and captum's first calls) is reported apart from the median. The machine's load
@@ -110,8 +110,9 @@ def predraw(data_dir: Path) -> None:
     """The default dataset's pen-stroke copies, made now rather than by the server while it is measured."""
     from brnn_core.data.datasets import default_dataset
 
-    subprocess.run([sys.executable, "-m", "brnn_core.data.predraw", default_dataset(data_dir), "--data-dir",
-                    str(data_dir)], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "brnn_core", "predraw", default_dataset(data_dir), "--data-dir",
+                    str(data_dir), "--runs-dir", str(data_dir.parent / "runs")], cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def train_default(root: Path, smoke: bool) -> Path:
