@@ -1,4 +1,4 @@
-"""The command line: train, evaluate, predict, teach, lr-find, export, sweep, runs, predraw and bench.
+"""The command line: train, evaluate, predict, teach, lr-find, export, sweep, runs, compare, predraw and bench.
 
 Exit codes: 0 ok, 2 bad input (the message says what and how to fix it), 1 failure.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,8 +30,8 @@ from brnn_core.fileio import atomic_write_json, inside, unwritable
 from brnn_core.inference.export import FORMATS as EXPORT_FORMATS
 from brnn_core.inference.export import ExportError, ExportMismatch, export_model
 from brnn_core.inference.predictor import Predictor
+from brnn_core.lab import add_parser as add_compare_parser
 from brnn_core.locks import LockError
-from brnn_core.runs import lifecycle, worker_lock
 from brnn_core.runs.branch import create_planned, parse_from, plan_branch
 from brnn_core.runs.cli import add_parser as add_runs_parser
 from brnn_core.runs.index import seed_group, update_store
@@ -46,6 +45,7 @@ from brnn_core.sweep.cli import add_parser as add_sweep_parser
 from brnn_core.sweep.space import SweepError
 from brnn_core.training import lr_find
 from brnn_core.training.engine import evaluate
+from brnn_core.training.foreground import say_waiting, train_in_line
 from brnn_core.training.teach import TeachError, teach_config
 from brnn_core.training.warmstart import initial_checkpoint
 from brnn_core.training.worker import train_in_turn
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog_name(), description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_train, add_evaluate, add_predict, add_teach, add_lr_find, add_export, add_sweep_parser,
-                add_runs_parser, add_predraw, add_bench):
+                add_runs_parser, add_compare_parser, add_predraw, add_bench):
         add(sub)
     return parser
 
@@ -245,47 +245,10 @@ def cmd_train(args) -> int:
     if len(runs) > 1:
         print(f"seed group {seed_group(runs[0].config().get('train'))}: {len(runs)} runs, trained one after "
               "another", flush=True)
-        for run in runs:  # in line at once, in this order: a run started elsewhere meanwhile waits behind them
-            lifecycle.joined_queue(run, os.getpid())
-    states = []
-    for k, run in enumerate(runs):
-        states.append(train_one_in_turn(run, runs[k + 1:], data_dir=data_dir, resume=resume))
-        if states[-1] == State.INTERRUPTED:  # Ctrl-C: the runs still in line left it too
-            break
+    states = train_in_line(runs, data_dir=data_dir, resume=resume)
     update_store(runs_dir)  # the dashboard's next start reads none of the runs already in it
     done = len(states) == len(runs) and all(s in (State.FINISHED, State.STOPPED) for s in states)
     return EXIT_OK if done else EXIT_FAILURE
-
-
-def say_waiting(message: str) -> None:
-    """A waiting run's place in line, as `train` and `teach` print it."""
-    print(f"{message}; waiting (Ctrl-C cancels)", flush=True)
-
-
-def train_one_in_turn(run, later: list, *, data_dir: Path, resume: bool) -> str:
-    """Wait for `run`'s turn and train it, as the dashboard's worker does, saying where it stands in the queue;
-    its final state. Ctrl-C while it waits cancels it and the runs in line after it (`later`)."""
-    try:
-        state = train_in_turn(run, data_dir=data_dir, resume=resume, printer=ProgressPrinter(), say=say_waiting)
-    except KeyboardInterrupt:  # while it waited: the queue marked it cancelled
-        state = None
-    except worker_lock.RunBusy as exc:  # a worker started between the resume's checks and here
-        raise BadInput(str(exc)) from None
-    if state in (None, State.INTERRUPTED):
-        for waiting in later:
-            lifecycle.cancelled_while_queued(waiting, "cancelled while queued (Ctrl-C)")
-    if state is None:
-        print(f"\ncancelled while queued (Ctrl-C): run {run.id} never trained"
-              + (f", nor the {len(later)} after it" if later else ""), file=sys.stderr, flush=True)
-        return State.INTERRUPTED
-    status = run.status()
-    if status.get("state") != state:  # the worker could not record how it ended: its files are not writable
-        print(f"\nerror: the run ended {state}, but its status could not be saved in {run.path}: make the runs "
-              f"folder writable and check that the disk has free space, then resume it: "
-              f"python -m brnn_core train --resume {run.id}", file=sys.stderr, flush=True)
-        return State.FAILED
-    print(f"\n{status.get('message') or state}", flush=True)
-    return state
 
 
 def seeds_from_args(args) -> list[int] | None:
