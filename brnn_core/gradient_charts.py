@@ -95,3 +95,38 @@ def direction_rows_figure(rows: dict[str, np.ndarray], class_name: str, unit: st
                       margin=dict(l=10, r=10, t=50, b=40), legend=dict(orientation="h", y=-0.2),
                       uirevision="direction_rows")
     return fig
+
+
+def flow_matrix_figure(profiles: dict[tuple[str, bool], pd.DataFrame], entries, layer: int) -> go.Figure:
+    """A matrix's gradient flow side by side: one panel per entry (`entries`: objects with .cell, .bidirectional
+    and .label; rows: two-way then one-way, columns: the cells), each the row profile of `layer` per direction
+    (`profiles`: (cell, two-way) -> profile), on one shared log axis so a fading gradient reads against a carried
+    one at a glance."""
+    cells = list(dict.fromkeys(e.cell for e in entries))
+    ways = [w for w in (True, False) if any(e.bidirectional == w for e in entries)]
+    titles = {(e.cell, e.bidirectional): e.label for e in entries}
+    fig = make_subplots(rows=len(ways), cols=len(cells), shared_xaxes=True, shared_yaxes=True,
+                        horizontal_spacing=0.04, vertical_spacing=0.12,
+                        subplot_titles=[titles.get((c, w), "") for w in ways for c in cells])
+    shown: set[str] = set()
+    for r, way in enumerate(ways, 1):
+        for c, cell in enumerate(cells, 1):
+            prof = profiles.get((cell, way))
+            here = prof[prof["layer"] == layer] if prof is not None and len(prof) else None
+            for d, colour in DIRECTION_COLOURS.items():
+                line = here[here["direction"] == d].sort_values("row") if here is not None else None
+                if line is None or not len(line):
+                    continue
+                fig.add_scatter(x=line["row"], y=line["grad_norm"].where(line["grad_norm"] > 0), mode="lines",
+                                name=d, legendgroup=d, showlegend=d not in shown, line=dict(color=colour),
+                                hovertemplate="row %{x}: %{y:.3g}<extra>" + f"{titles[cell, way]} · {d}</extra>",
+                                row=r, col=c)
+                shown.add(d)
+    fig.update_yaxes(type="log", dtick=1)
+    fig.update_yaxes(title_text="‖∂loss/∂h_t‖", col=1)
+    fig.update_xaxes(range=[-0.5, 27.5])
+    fig.update_xaxes(title_text="image row", row=len(ways))
+    fig.update_layout(title=f"Gradient flow through the rows, latest · layer {layer}", uirevision="flow-matrix",
+                      **{**LAYOUT, "height": 260 * len(ways) + 80, "hovermode": "closest",
+                         "margin": dict(l=10, r=10, t=80, b=10)})
+    return note_if_empty(fig, "waiting for the first measurement…")

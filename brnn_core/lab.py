@@ -21,7 +21,7 @@ from brnn_core.data.drawings import MIN_FOR_ACCURACY, drawing_count, folder_sign
 from brnn_core.data.loading import ensure_dataset
 from brnn_core.runs.index import RunIndex, update_store
 from brnn_core.runs.jobs import JobRegistry, new_runs
-from brnn_core.runs.matrix import DIRECTIONS, Matrix, MatrixError, Standing, cells_and_directions, standing
+from brnn_core.runs.matrix import DIRECTIONS, Matrix, MatrixError, Standing, cells_and_directions, shown, standing
 from brnn_core.runs.rundir import Run, default_runs_dir
 from brnn_core.runs.seeds import SeedsError, parse_seeds
 from brnn_core.text import plural
@@ -145,22 +145,4 @@ def render(summary: pd.DataFrame, fmt: str) -> str:
         return json.dumps(records, indent=2)
     if fmt == "csv":
         return summary.assign(run_ids=summary["run_ids"].map(" ".join)).to_csv(index=False).rstrip("\n")
-    return table_text(summary)
-
-
-def _mean_std(mean: float, std: float) -> str:
-    if pd.isna(mean):
-        return ""
-    return f"{100 * mean:.2f}" + ("" if pd.isna(std) else f" ± {100 * std:.2f}")
-
-
-def table_text(summary: pd.DataFrame) -> str:
-    columns = {"best_val_acc": "best val acc %", "test_acc": "test acc %", "drawings_acc": "drawings acc %"}
-    shown = summary[["cell", "direction", "n"]].copy()
-    for name, title in columns.items():
-        if name != "drawings_acc" or summary[name].notna().any():  # drawings: only where there are some
-            shown[title] = [_mean_std(m, s) for m, s in zip(summary[name], summary[f"{name}_std"], strict=True)]
-    shown["params"] = summary["params"].map("{:,}".format)
-    shown["s/epoch"] = summary["s_per_epoch"].map(lambda s: "" if pd.isna(s) else f"{s:.1f}")
-    shown["states"], shown["group"] = summary["states"], summary["group"]
-    return shown.to_string(index=False)
+    return shown(summary).to_string(index=False)

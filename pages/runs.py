@@ -42,6 +42,7 @@ if table.empty:
     st.info("No runs yet. Start one on the **Train** page.")
     st.stop()
 
+groups.follow_group_link("runs_filter")  # the Compare page's link to an entry's seed group
 query = st.text_input("Filter", key="runs_filter", placeholder="val_accuracy > 97 and lr <= 0.01 and state:finished",
                       help="Comparisons on the table's columns (val_accuracy, test_accuracy, lr, hidden, epochs, "
                            "dataset, cell == gru, bidirectional == false, …), state:NAME, tag:NAME, group:ID, "

@@ -19,7 +19,7 @@ from brnn_core.runs.rundir import list_runs
 from brnn_core.sweep.records import BEST_CONFIG, Sweep, sweeps_dir
 
 PAGES = {"pages/train.py": "Train a recurrent network", "pages/predict.py": "Draw a digit",
-         "pages/runs.py": "Runs", "pages/sweep.py": "Sweep hyperparameters"}
+         "pages/runs.py": "Runs", "pages/compare.py": "Compare", "pages/sweep.py": "Sweep hyperparameters"}
 SWEEP_ID = "20261202-090000-sweep-feed"
 
 

@@ -3,6 +3,8 @@ under the table (its runs, each of which can be overlaid beside the group's band
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import streamlit as st
 
@@ -10,11 +12,21 @@ from brnn_core.runs.groups import Folded, fold_groups, has_groups, unfolded
 from brnn_core.runs.index import RunIndex
 from ui.selection import follow
 
+GROUP_PARAM = "group"  # /runs?group=ID: the Runs page filtered to one seed group (the Compare page links there)
 SPREAD_COLUMNS = ("best_val_acc", "test_acc", "my_drawings_acc")  # in percent on the page
 TOTAL_COLUMNS = ("size_mb",)  # a group's row: what its runs hold together
 SPREAD_HELP = "mean ± std (sample std) over a group's runs"
 GROUP_RUN_COLUMNS = ["run_id", "seed", "state", "best_val_acc", "test_acc", "my_drawings_acc", "duration_s", "step",
                      "tags", "note"]
+
+
+def follow_group_link(filter_key: str) -> None:
+    """A link to one seed group (/runs?group=ID) puts `group:ID` in the filter (the widget keyed `filter_key`) once
+    per group linked to; the filter stays the user's to change afterwards."""
+    group = st.query_params.get(GROUP_PARAM)
+    if group and re.fullmatch(r"[0-9a-f]{8}", group) and st.session_state.get("_group_link") != group:
+        st.session_state[filter_key] = f"group:{group}"
+        st.session_state["_group_link"] = group
 
 
 def seed_view(table: pd.DataFrame, shown: pd.DataFrame) -> Folded:

@@ -32,6 +32,7 @@ PAGES = (
     PageSpec("pages/train.py", "Train", ":material/model_training:", default=True),
     PageSpec("pages/predict.py", "Predict", ":material/draw:"),
     PageSpec("pages/runs.py", "Runs", ":material/table_chart:"),
+    PageSpec("pages/compare.py", "Compare", ":material/compare_arrows:"),
     PageSpec("pages/sweep.py", "Sweep", ":material/tune:"),
 )
 

@@ -240,6 +240,65 @@ def parameter_count(cfg: TrainConfig) -> int:
                        len(DATASETS[cfg.dataset].classes))
 
 
+def _mean_std(mean: float, std: float) -> str:
+    """'97.10 ± 0.30' in percent; one value alone without '±'; none: ''."""
+    if pd.isna(mean):
+        return ""
+    return f"{100 * mean:.2f}" + ("" if pd.isna(std) else f" ± {100 * std:.2f}")
+
+
+SHOWN_ACCURACIES = {"best_val_acc": "best val acc %", "test_acc": "test acc %", "drawings_acc": "drawings acc %"}
+
+
+def shown(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary as a person reads it (the CLI's table, the Compare page's): accuracies in percent as mean ± std,
+    the drawings' column only where some run has a score, parameters with thousands separators."""
+    out = summary[["cell", "direction", "n"]].copy()
+    for name, title in SHOWN_ACCURACIES.items():
+        if name != "drawings_acc" or summary[name].notna().any():
+            out[title] = [_mean_std(m, s) for m, s in zip(summary[name], summary[f"{name}_std"], strict=True)]
+    out["params"] = summary["params"].map("{:,}".format)
+    out["s/epoch"] = summary["s_per_epoch"].map(lambda s: "" if pd.isna(s) else f"{s:.1f}")
+    out["states"], out["group"] = summary["states"], summary["group"]
+    return out
+
+
+@dataclass(frozen=True)
+class Found:
+    """A matrix already in a runs folder: runs whose settings differ only in cell, direction and seed, in two or
+    more entries (what the Compare page offers to pick up again)."""
+
+    key: str  # matrix_key of its runs
+    values: dict  # the shared settings (a head that was its direction's auto choice is auto again)
+    cells: tuple[str, ...]
+    directions: tuple[bool, ...]
+    seeds: tuple[int, ...]
+    runs: int
+
+
+def found_matrices(index: RunIndex) -> list[Found]:
+    """The matrices among `index`'s runs, the one with the newest run first."""
+    table = index.table()
+    infos = index.entries(list(table["run_id"]))
+    by_key: dict[str, list[dict]] = {}
+    for run_id in table["run_id"]:  # newest first
+        train = infos[run_id].config.get("train") if run_id in infos else None
+        if isinstance(train, dict) and "cell" in train and "_damaged" not in infos[run_id].config:
+            by_key.setdefault(matrix_key(train), []).append(train)
+    found = []
+    for key, trains in by_key.items():
+        entries = {(t.get("cell"), bool(t.get("bidirectional", True))) for t in trains}
+        if len(entries) < 2:
+            continue
+        values = {k: v for k, v in trains[0].items() if k not in MATRIX_FIELDS}
+        if values.get("head") == resolve_head("auto", bool(trains[0].get("bidirectional", True))):
+            values["head"] = "auto"
+        found.append(Found(key, values, tuple(c for c in CELL_NAMES if any(e[0] == c for e in entries)),
+                           tuple(d for d in (True, False) if any(e[1] == d for e in entries)),
+                           tuple(sorted({int(t.get("seed", 0)) for t in trains})), len(trains)))
+    return found
+
+
 def cells_and_directions(cells_text: str, directions_text: str) -> tuple[list[str], list[bool]]:
     """--cells and --directions parsed: cell names, and True (two-way) / False (one-way) per direction."""
     cells = parse_names(cells_text, CELL_NAMES, "--cells")
