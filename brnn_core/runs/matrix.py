@@ -157,7 +157,7 @@ class Standing:
 
     matrix: Matrix
     places: list[Place]
-    rows: pd.DataFrame  # the runs table's rows of the places' runs, by run id
+    accuracies: dict[str, tuple]  # run id -> (best validation accuracy, test accuracy) from the runs table
     statuses: dict[str, dict]  # run id -> its stored status.json (elapsed time, epochs)
 
     def of(self, entry: Entry) -> list[Place]:
@@ -185,9 +185,9 @@ class Standing:
     def _row(self, entry: Entry, drawings: Mapping[str, float | None]) -> dict:
         places = self.of(entry)
         done = [p.run_id for p in places if p.done]
-        rows = self.rows.loc[done] if done else self.rows.iloc[:0]
-        values = {"best_val_acc": rows["best_val_acc"], "test_acc": rows["test_acc"],
-                  "drawings_acc": [drawings.get(run_id) for run_id in done]}
+        values = {"best_val_acc": [self.accuracies[r][0] for r in done],
+                  "test_acc": [self.accuracies[r][1] for r in done],
+                  "drawings_acc": [drawings.get(r) for r in done]}
         row = {"cell": entry.cell, "direction": entry.direction, "n": len(done),
                "states": " · ".join(f"{n} {state}" for state, n in Counter(p.state or "to train" for p in places)
                                    .most_common())}
@@ -210,16 +210,17 @@ def standing(index: RunIndex, matrix: Matrix) -> Standing:
     """Where `matrix` stands among the runs `index` reads (each run read again only when its files changed)."""
     table = index.table()
     entry_of = {group: entry for entry, group in matrix.groups.items()}
-    rows = table[table["group"].isin(list(entry_of))].set_index("run_id", drop=False)
-    infos = index.entries(list(rows.index))
+    rows = [row for row in zip(table["run_id"], table["group"], table["state"], table["best_val_acc"],
+                               table["test_acc"], strict=True) if row[1] in entry_of]  # plain lists: a rerun's cost
+    infos = index.entries([row[0] for row in rows])
     runs: dict[tuple[Entry, int], list[tuple[str, str]]] = {}
-    for run_id, group, state in zip(rows.index, rows["group"], rows["state"], strict=True):  # newest first
+    for run_id, group, state, _, _ in rows:  # newest first
         train = (infos[run_id].config.get("train") or {}) if run_id in infos else {}
         runs.setdefault((entry_of[group], train.get("seed")), []).append((run_id, state))
     places = [Place(entry, seed, *_stands_for(runs.get((entry, seed), [])))
               for entry in matrix.entries for seed in matrix.seeds]
     statuses = {run_id: dict(info.stored_status) for run_id, info in infos.items()}
-    return Standing(matrix, places, rows, statuses)
+    return Standing(matrix, places, {row[0]: (row[3], row[4]) for row in rows}, statuses)
 
 
 @functools.lru_cache(maxsize=64)
@@ -253,14 +254,16 @@ SHOWN_ACCURACIES = {"best_val_acc": "best val acc %", "test_acc": "test acc %", 
 def shown(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary as a person reads it (the CLI's table, the Compare page's): accuracies in percent as mean ± std,
     the drawings' column only where some run has a score, parameters with thousands separators."""
-    out = summary[["cell", "direction", "n"]].copy()
-    for name, title in SHOWN_ACCURACIES.items():
-        if name != "drawings_acc" or summary[name].notna().any():
-            out[title] = [_mean_std(m, s) for m, s in zip(summary[name], summary[f"{name}_std"], strict=True)]
-    out["params"] = summary["params"].map("{:,}".format)
-    out["s/epoch"] = summary["s_per_epoch"].map(lambda s: "" if pd.isna(s) else f"{s:.1f}")
-    out["states"], out["group"] = summary["states"], summary["group"]
-    return out
+    accuracies = [a for a in SHOWN_ACCURACIES if a != "drawings_acc" or summary[a].notna().any()]
+    rows = []
+    for row in summary.to_dict("records"):  # a handful of rows: plain dicts cost less than column operations
+        rows.append({"cell": row["cell"], "direction": row["direction"], "n": row["n"],
+                     **{SHOWN_ACCURACIES[a]: _mean_std(row[a], row[f"{a}_std"]) for a in accuracies},
+                     "params": f"{row['params']:,}",
+                     "s/epoch": "" if pd.isna(row["s_per_epoch"]) else f"{row['s_per_epoch']:.1f}",
+                     "states": row["states"], "group": row["group"]})
+    return pd.DataFrame(rows, columns=["cell", "direction", "n", *(SHOWN_ACCURACIES[a] for a in accuracies), "params",
+                                       "s/epoch", "states", "group"])
 
 
 @dataclass(frozen=True)
