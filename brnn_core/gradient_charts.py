@@ -97,18 +97,19 @@ def direction_rows_figure(rows: dict[str, np.ndarray], class_name: str, unit: st
     return fig
 
 
-def flow_matrix_figure(profiles: dict[tuple[str, bool], pd.DataFrame], entries, layer: int) -> go.Figure:
+def flow_matrix_figure(profiles: dict[tuple[str, bool], pd.DataFrame], entries, layer: int, *,
+                       revision: str = "flow-matrix") -> go.Figure:
     """A matrix's gradient flow side by side: one panel per entry (`entries`: objects with .cell, .bidirectional
     and .label; rows: two-way then one-way, columns: the cells), each the row profile of `layer` per direction
-    (`profiles`: (cell, two-way) -> profile), on one shared log axis so a fading gradient reads against a carried
-    one at a glance."""
+    (`profiles`: (cell, two-way) -> profile), on one log scale for every panel (set from the data: plotly's own
+    autorange of matched log axes does not follow it) so a fading gradient reads against a carried one at a glance."""
     cells = list(dict.fromkeys(e.cell for e in entries))
     ways = [w for w in (True, False) if any(e.bidirectional == w for e in entries)]
     titles = {(e.cell, e.bidirectional): e.label for e in entries}
-    fig = make_subplots(rows=len(ways), cols=len(cells), shared_xaxes=True, shared_yaxes=True,
-                        horizontal_spacing=0.04, vertical_spacing=0.12,
-                        subplot_titles=[titles.get((c, w), "") for w in ways for c in cells])
+    fig = make_subplots(rows=len(ways), cols=len(cells), shared_xaxes=True, horizontal_spacing=0.04,
+                        vertical_spacing=0.12, subplot_titles=[titles.get((c, w), "") for w in ways for c in cells])
     shown: set[str] = set()
+    logs = []
     for r, way in enumerate(ways, 1):
         for c, cell in enumerate(cells, 1):
             prof = profiles.get((cell, way))
@@ -117,16 +118,21 @@ def flow_matrix_figure(profiles: dict[tuple[str, bool], pd.DataFrame], entries, 
                 line = here[here["direction"] == d].sort_values("row") if here is not None else None
                 if line is None or not len(line):
                     continue
+                logs.append(_log10(line["grad_norm"].to_numpy()))
                 fig.add_scatter(x=line["row"], y=line["grad_norm"].where(line["grad_norm"] > 0), mode="lines",
                                 name=d, legendgroup=d, showlegend=d not in shown, line=dict(color=colour),
                                 hovertemplate="row %{x}: %{y:.3g}<extra>" + f"{titles[cell, way]} · {d}</extra>",
                                 row=r, col=c)
                 shown.add(d)
-    fig.update_yaxes(type="log", dtick=1)
-    fig.update_yaxes(title_text="‖∂loss/∂h_t‖", col=1)
+    finite = np.concatenate(logs)[np.isfinite(np.concatenate(logs))] if logs else np.empty(0)
+    span = [float(finite.min()) - 0.3, float(finite.max()) + 0.3] if finite.size else None
+    decades = span[1] - span[0] if span else 1.0
+    fig.update_yaxes(type="log", dtick=1 if decades <= 6 else 2 if decades <= 12 else 3, exponentformat="power",
+                     range=span, showticklabels=False)
+    fig.update_yaxes(title_text="‖∂loss/∂h_t‖", showticklabels=True, col=1)
     fig.update_xaxes(range=[-0.5, 27.5])
     fig.update_xaxes(title_text="image row", row=len(ways))
-    fig.update_layout(title=f"Gradient flow through the rows, latest · layer {layer}", uirevision="flow-matrix",
+    fig.update_layout(title=f"Gradient flow through the rows, latest · layer {layer}", uirevision=revision,
                       **{**LAYOUT, "height": 260 * len(ways) + 80, "hovermode": "closest",
                          "margin": dict(l=10, r=10, t=80, b=10)})
     return note_if_empty(fig, "waiting for the first measurement…")

@@ -40,8 +40,8 @@ cells = c1.multiselect("Cells", CELL_NAMES, key=compare.KEYS["cells"], format_fu
 ways = c2.multiselect("Directions", list(DIRECTION_WORDS.values()), key=compare.KEYS["directions"],
                       help="two-way: each layer reads the rows top-down and bottom-up; one-way: top-down only")
 seeds_text = c3.text_input("Seeds", key=compare.KEYS["seeds"], help="one run per seed in each entry, e.g. 0,1,2")
-epochs = c4.number_input(f"Epochs ({epochs_auto_label(values.get('dataset', 'mnist-sample'))})", min_value=0,
-                         max_value=1000, key=compare.KEYS["epochs"])
+epochs = c4.number_input("Epochs", min_value=0, max_value=1000, key=compare.KEYS["epochs"],
+                         help=f"Each run's epochs; {epochs_auto_label(values.get('dataset', 'mnist-sample'))}")
 try:
     seeds = parse_seeds(seeds_text)
     matrix = Matrix.build({**values, "epochs": int(epochs)}, cells, [w == "two-way" for w in
@@ -70,11 +70,17 @@ s1.button(f"Start {plural(len(missing), 'run')}" if missing else "Nothing to sta
           icon=":material/play_arrow:", on_click=on_start, disabled=not missing, key="cmp_start")
 s2.caption(f"{len(matrix.entries)} entries × {plural(len(seeds), 'seed')}: {done} of {len(now.places)} runs done, "
            f"{len(now.active())} queued or training, {len(missing)} to train.")
-o1, o2 = st.columns(2)
+o1, o2, o3 = st.columns([2, 1, 2], vertical_alignment="bottom")
 smoothing = o1.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="cmp_smoothing")
+log_y = o2.toggle("Log scale", value=True, key="cmp_log")
 layers = list(range(1, int(matrix.bases[matrix.entries[0]].num_layers) + 1))
-layer = o2.selectbox("Gradient flow: layer", layers, index=len(layers) - 1, key="cmp_layer",
+layer = o3.selectbox("Gradient flow: layer", layers, index=len(layers) - 1, key="cmp_layer",
                      help="Which recurrent layer's gradient flow to show (1 reads the image).")
+
+
+def band_figure(groups: dict, what: str, log_y: bool):
+    return charts.compare_figure({}, what=what, groups=groups, log_y=log_y).update_layout(
+        legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))
 
 
 def live(active_before: bool) -> None:
@@ -88,11 +94,10 @@ def live(active_before: bool) -> None:
     ids = {entry.label: tuple(here.run_ids(entry)) for entry in matrix.entries}
     bands = {what: {label: index.band(list(run_ids), what, smoothing if what == "train" else 0.0)
                     for label, run_ids in ids.items()} for what in ("train", "val")}
-    left, right = st.columns(2)
-    left.plotly_chart(memo("cmp_band_train", (tuple(bands["train"].items()),), lambda: charts.compare_figure(
-        {}, what="train", groups=bands["train"])), key="cmp_band_train", on_select="ignore")
-    right.plotly_chart(memo("cmp_band_val", (tuple(bands["val"].items()),), lambda: charts.compare_figure(
-        {}, what="val", groups=bands["val"])), key="cmp_band_val", on_select="ignore")
+    for what in ("train", "val"):  # full width, the legend beside: six entries' names fit
+        st.plotly_chart(memo(f"cmp_band_{what}", (tuple(bands[what].items()), log_y),
+                             lambda what=what: band_figure(bands[what], what, log_y)),
+                        key=f"cmp_band_{what}", on_select="ignore")
     st.plotly_chart(compare.flow_figure(here, runs_dir, layer), key="cmp_flow", on_select="ignore")
     st.caption(FLOW_CAPTION.format(every=matrix.bases[matrix.entries[0]].gradient_flow_every))
 

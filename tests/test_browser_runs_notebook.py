@@ -1,6 +1,8 @@
 """The Runs page as a lab notebook, in a real browser: a seed group of three real tiny runs (seeds 0, 1, 2) is one
 row with mean ± std and n, selecting it opens its runs and draws its band; the filter narrows the table and refuses
-code; tags and a note saved show as table columns; the export downloads a CSV that pandas reads.
+code; tags and a note saved show as table columns; the export downloads a CSV that pandas reads. Last, `compare`
+makes that group one entry of a cell x direction matrix (training the other three entries' seeds), and the Compare
+page shows the matrix, its bands and gradient flow, and links each entry to its group on the Runs page.
 
 The runs train in this process before the server starts (module-scoped); the tests share one page, in file order.
 Skipped without Chromium unless BRNN_REQUIRE_BROWSER=1.
@@ -31,6 +33,7 @@ T = 60_000  # ms: anything visible (no training runs while the page is used)
 if expect is not None:
     expect.set_options(timeout=T)
 SEEDS = (0, 1, 2)
+FLOW_EVERY = 4  # a gradient-flow measurement every 4 of the 16 steps (it only records: the seed group is the same)
 ROW_PX = 35  # Streamlit's dataframe rows (and its header) are 35 px tall
 
 # Each cell of the dataframes (glide-data-grid keeps an accessible table of them): [table, row, column, text].
@@ -53,9 +56,9 @@ def notebook(tmp_path_factory):
     root = tmp_path_factory.mktemp("notebook")
     runs, data = root / "runs", root / "data"
     for seed in SEEDS:
-        run, state = train_run(runs, data, base=TINY, epochs=2, seed=seed)
+        run, state = train_run(runs, data, base=TINY, epochs=2, seed=seed, gradient_flow_every=FLOW_EVERY)
         assert state == "finished", run.status()
-    lone, state = train_run(runs, data, base=TINY, epochs=2, lr=0.003)
+    lone, state = train_run(runs, data, base=TINY, epochs=2, lr=0.003, gradient_flow_every=FLOW_EVERY)
     assert state == "finished", lone.status()
     table = RunIndex(runs).table()
     (group,) = table[table["run_id"] != lone.id]["group"].unique()
@@ -191,3 +194,35 @@ def test_the_export_downloads_a_csv_pandas_reads(notebook, page):
     assert (frame[frame["run_id"] == lone]["train.lr"] == 0.003).all()
     metrics = RunIndex(runs).metrics(lone)
     assert len(frame[frame["run_id"] == lone]) == len(metrics)  # every metrics row of the run
+
+
+def test_compare_makes_the_group_one_entry_of_a_matrix_and_links_each_entry_to_its_group(notebook, page, brnn):
+    srv, runs, group, _, root = notebook
+    shared = {**TINY, "epochs": 2, "gradient_flow_every": FLOW_EVERY}
+    done = brnn(["compare", "--cells", "lstm,rnn", "--seeds", ",".join(map(str, SEEDS)),
+                 *[a for k, v in shared.items() for a in ("--set", f"{k}={v}")]], runs, root / "data")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"LSTM two-way: seed group {group}, 3 of 3 seeds done" in done.stdout  # the notebook's group, reused
+    assert "training 9 runs one after another" in done.stdout
+    page.goto(f"{srv.url}/compare")
+    page.get_by_role("combobox", name="Settings").click()
+    page.get_by_role("option", name=re.compile(r"^LSTM, RNN × two-way, one-way · seeds 0, 1, 2 · mnist-sample")).click()
+    wait_rows(page, "t => t === '3 finished'")
+    rows = table_rows(page)
+    assert [r[:3] for r in rows] == [["lstm", "two-way", "3"], ["lstm", "one-way", "3"], ["rnn", "two-way", "3"],
+                                     ["rnn", "one-way", "3"]], rows
+    assert rows[0][-1] == group
+    page.wait_for_function(f"() => {{ const t = ({TRACES_JS})('Training loss'); return t && t.length === 12; }}",
+                           timeout=T)  # each entry's band edges and mean
+    means = [t["name"] for t in traces(page, "Training loss") if "mean" in t["name"]]
+    assert means == [f"{e} mean ± std (n=3)" for e in ("LSTM two-way", "LSTM one-way", "RNN two-way",
+                                                         "RNN one-way")]
+    flow = traces(page, "Gradient flow through the rows")
+    assert len(flow) == 6 and {t["name"] for t in flow} == {"forward", "backward"}  # two-way: 2 readers, one-way 1
+    expect(page.locator("[data-testid=stException]")).to_have_count(0)
+    page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollTo(0, 0)")
+    screenshot(page, "compare", SHOTS)
+    page.get_by_role("link", name=re.compile(r"LSTM two-way")).click()
+    expect(page.get_by_role("textbox", name="Filter")).to_have_value(f"group:{group}")
+    wait_rows(page, f"t => t === 'group {group} · 3 runs'")
+    assert [r[0] for r in table_rows(page)] == [f"group {group} · 3 runs"]

@@ -95,7 +95,8 @@ def flow_figure(now: Standing, runs_dir: Path, layer: int):
             if frames:
                 profiles[entry.cell, entry.bidirectional] = pd.concat(frames).groupby(
                     ["layer", "direction", "row"], as_index=False)["grad_norm"].mean()
-        return gradient_charts.flow_matrix_figure(profiles, now.matrix.entries, layer)
+        revision = "flow-" + "-".join(now.matrix.groups.values())  # another matrix: a fresh zoom
+        return gradient_charts.flow_matrix_figure(profiles, now.matrix.entries, layer, revision=revision)
 
     return memo("cmp_flow", (tuple((e, tuple(p)) for e, p in files.items()), layer), build)
 

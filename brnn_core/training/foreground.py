@@ -1,4 +1,4 @@
-"""Runs trained in this process, one after another in their turn, as the CLI's `train`, `teach` and `compare` do:
+"""Runs trained in this process, one after another in their turn, as the CLI's `train` and `compare` do:
 each run's place in line and its progress printed, a Ctrl-C while one waits cancelling it and the runs in line
 after it. The dashboard starts workers instead (runs.jobs.JobRegistry); both wait in the same queue."""
 
