@@ -49,6 +49,41 @@ def compare(runs_dir: Path, data_dir: Path, seeds: list[int], sets: list[str]) -
     return json.loads(out.getvalue())
 
 
+def step_times(table: list[dict], sets: list[str], data_dir: Path, steps: int, rounds: int) -> dict[str, list[float]]:
+    """'lstm two-way' -> the median seconds of one training step (the engine's: forward, loss, backward, Adam; the
+    run's autocast) per round, at the shared settings on a batch of real digits, one torch thread; the entries are
+    alternated within each round, so a change of the machine's load hits them all alike."""
+    from brnn_core.config import load_train_config
+    from brnn_core.data.batching import to_input
+    from brnn_core.data.datasets import DATASETS
+    from brnn_core.data.loading import load_dataset
+    from brnn_core.model import RecurrentClassifier
+    from brnn_core.training import engine
+    from brnn_core.training.splits import model_config_for
+
+    torch.set_num_threads(1)
+    cfg = load_train_config(None, sets, data_dir)
+    ds = load_dataset(cfg.dataset, data_dir)
+    x, y = to_input(ds.train_x[:cfg.batch_size]), ds.train_y[:cfg.batch_size]
+    nets = {}
+    for entry in table:
+        two_way = entry["direction"] == "two-way"
+        one = cfg.replace(cell=entry["cell"], bidirectional=two_way, head="auto").validate()
+        model = RecurrentClassifier(model_config_for(one, len(DATASETS[one.dataset].classes)))
+        nets[f"{entry['cell']} {entry['direction']}"] = model, engine.make_optimizer(model.parameters(), "adam", 0.01)
+    times: dict[str, list[float]] = {name: [] for name in nets}
+    for _ in range(rounds):
+        for name, (model, optimizer) in nets.items():
+            per_step = []
+            for k in range(steps + 2):  # two warm-up steps
+                t0 = time.perf_counter()
+                engine._optimizer_step(model, optimizer, x, y, cfg.amp, None, 0.0)
+                if k >= 2:
+                    per_step.append(time.perf_counter() - t0)
+            times[name].append(statistics.median(per_step))
+    return times
+
+
 def flow_ratios(run_dir: Path, last: int) -> dict[str, float]:
     """'layer 1 forward' -> ‖∂loss/∂h‖ at the row the reader read first over the row it read last (forward: row 0
     over row 27; backward: row 27 over row 0), from the mean of the run's last `last` measurements."""
@@ -89,9 +124,10 @@ def line(row: dict) -> str:
         return f"{100 * s['mean']:.2f}" + (f" ± {100 * s['std']:.2f}" if s.get("std") is not None else "")
 
     flows = ", ".join(f"{k} {v['mean']:.2g}" for k, v in row["flow"].items())
+    step_ms = 1000 * statistics.median(row["step_s"]["values"])
     return (f"{row['cell']:>4} {row['direction']:>7} n={row['n']} params {row['params']:,} s/epoch "
-            f"{row['s_per_epoch']:.1f} | best val {pm(row['best_val'])} | real test {pm(row['real_test'])} | drawn "
-            f"{pm(row['drawn'])} | first/last row {flows}")
+            f"{row['s_per_epoch']:.1f} step {step_ms:.0f} ms | best val {pm(row['best_val'])} | real test "
+            f"{pm(row['real_test'])} | drawn {pm(row['drawn'])} | first/last row {flows}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test", type=Path, default=DEFAULT_TEST, help="an .npz of real MNIST test digits")
     ap.add_argument("--drawn-sets", nargs="+", type=int, default=[0, 1, 2], help="drawn-digit sets, one per seed")
     ap.add_argument("--flow-last", type=int, default=5, help="gradient-flow measurements averaged per run")
+    ap.add_argument("--steps", type=int, default=20, help="timed training steps per entry and round")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the step timing, entries alternated")
     ap.add_argument("--smoke", action="store_true", help="a tiny matrix, 1 seed, 1 drawn set of 50 digits")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="brnn-cell-matrix-") as tmp:
@@ -115,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         digits, labels = (digits[::10], labels[::10]) if args.smoke else (digits, labels)  # every class
         drawn = [drawn_digits.drawn_set(digits, s) for s in (args.drawn_sets[:1] if args.smoke else args.drawn_sets)]
         rows = [score_entry(entry, runs_dir, args.test, drawn, labels, args.flow_last) for entry in table]
+    steps = step_times(table, sets, args.data_dir, 3 if args.smoke else args.steps, 1 if args.smoke else args.rounds)
     for row in rows:
+        row["step_s"] = spread(steps[f"{row['cell']} {row['direction']}"])
         print(line(row), flush=True)
     if args.smoke:
         return 0
