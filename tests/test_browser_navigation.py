@@ -26,6 +26,7 @@ T = 90_000  # ms
 @pytest.mark.parametrize(("path", "heading", "text"), [
     ("/predict", "Draw a digit", "No checkpoint yet"),
     ("/runs", "Runs", "No runs yet"),
+    ("/compare", "Compare", "0 of 18 runs done"),  # the defaults' matrix: 3 cells x 2 directions x 3 seeds
     ("/", "Train a recurrent network", "No runs yet"),
 ])
 def test_first_request_to_a_fresh_server_shows_that_page(tmp_path, path, heading, text):
@@ -40,7 +41,7 @@ def test_first_request_to_a_fresh_server_shows_that_page(tmp_path, path, heading
             # Our navigation, not the classic one built from file names: labels, icons, lower-case URLs.
             nav = page.get_by_test_id("stSidebarNav")
             for label, icon, href in (("Train", "model_training", "/"), ("Predict", "draw", "/predict"),
-                                      ("Runs", "table_chart", "/runs")):
+                                      ("Runs", "table_chart", "/runs"), ("Compare", "compare_arrows", "/compare")):
                 link = nav.get_by_role("link", name=label)
                 expect(link).to_be_visible(timeout=T)
                 assert link.get_attribute("href").rstrip("/").endswith(href.rstrip("/")) or href == "/"
