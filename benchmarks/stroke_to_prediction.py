@@ -1,7 +1,7 @@
 """Stroke to final prediction: a 4 drawn in two quick strokes on the Predict page, in Chromium; seconds from the
 last stroke's mouse-up until the page shows the final drawing's input and answer (and keeps them), and until its
-explanation charts (the row-by-row reading, the attribution; with --inside also the look inside) are the final
-drawing's too.
+explanation charts (the row-by-row reading, the attribution, what each direction drew on; with --inside also the look
+inside) are the final drawing's too.
 
     .venv/bin/python -m benchmarks.stroke_to_prediction [--repeats 7] [--runs-dir RUNS] [--inside] [--smoke]
                                                         [--json FILE]
@@ -34,13 +34,14 @@ FOUR = ([(90, 60), (90, 150), (200, 150)], [(180, 50), (180, 250)])  # the two s
 WORKING = "Working out"  # what the page shows while an explanation is worked out (ui/explaining.py)
 
 # From now on, every state of the page and the time of each mouse-up. A state: its time, the 28×28 image shown, the
-# answer, whether an explanation is still being worked out, and a fingerprint of the charts drawn (each heatmap's
-# title and the sum of its values).
+# answer, whether an explanation is still being worked out, and a fingerprint of the charts drawn (each chart's
+# title and the sum of its values: a heatmap's cells, a bar chart's bars).
 RECORD_JS = f"""() => {{
     window.__states = []; window.__ups = [];
-    const charts = () => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p._fullData && p._fullData[0]
-        && p._fullData[0].z).map(p => String(p._fullLayout.title.text) + ':'
-        + p._fullData[0].z.flat().reduce((a, b) => a + b, 0).toFixed(4)).join('|');
+    const values = d => d.z ? d.z.flat() : (Array.isArray(d.x) ? d.x : []);  // a heatmap's cells, a bar chart's bars
+    const charts = () => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p._fullData && p._fullData[0])
+        .map(p => String(p._fullLayout.title.text) + ':' + p._fullData.map(d => values(d).reduce(
+            (a, b) => a + (Number(b) || 0), 0)).reduce((a, b) => a + b, 0).toFixed(4)).join('|');
     const snap = () => {{
         const img = document.querySelector('[data-testid=stImage] img');
         const verdict = document.querySelector('[data-testid=stMetricValue]');
@@ -60,7 +61,7 @@ def settled_js(plots: int) -> str:
             f"'[data-testid=stMetricValue]') && document.querySelectorAll('.js-plotly-plot').length >= {plots}")
 
 
-SETTLED_JS = settled_js(3)  # the probabilities, the row-by-row reading and the attribution
+SETTLED_JS = settled_js(4)  # the probabilities, the row-by-row reading, the attribution, what each direction drew on
 
 
 def four(k: int = 0) -> tuple[list, list]:
@@ -126,11 +127,11 @@ def train_default(root: Path, smoke: bool) -> Path:
 
 def open_inside(page) -> int:
     """Open the Inside expander (it is computed only while open); returns how many charts a settled page then
-    has: the three above it, its heatmap and its rows that mattered."""
+    has: the four above it, its heatmap and its rows that mattered."""
     draw(page, four())
     page.get_by_text("Inside the").first.click()
     page.get_by_text("Rows that mattered").first.wait_for()
-    return 5
+    return 6
 
 
 def once(page, k: int, shot: Path, plots: int) -> dict[str, float | None]:

@@ -55,7 +55,7 @@ def test_start_while_a_run_trains_queues_and_cancel_takes_it_out(busy_server):
     with browser_page(SHOTS / "train-queue-last-state.png", T) as page:
         page.goto(srv.url)
         expect(page.get_by_text(f"Run {busy} is running").first).to_be_visible()
-        page.get_by_text("Advanced").first.click()
+        page.get_by_text("Advanced", exact=True).first.click()  # the expander (the caption names it too)
         seeds = page.get_by_role("textbox", name="Seeds")
         seeds.fill("3,4")
         seeds.press("Enter")
