@@ -209,7 +209,8 @@ def test_inside_the_lstm_on_a_drawn_digit(server, page):
     draw_until(prediction, page, list(SEVEN))
     page.locator("[data-testid=stExpander] summary").filter(has_text="Inside the two-way LSTM").click()
     expect(page.get_by_text("Rows that mattered").first).to_be_visible()
-    expect(page.get_by_text(re.compile(r"At row t the forward direction (of the .+ )?has read rows 0\.\.t")).first).to_be_visible()
+    direction = re.compile(r"At row t the forward direction (of the .+ )?has read rows 0\.\.t")
+    expect(page.get_by_text(direction).first).to_be_visible()
     # the training digits' states are read once in the background; the next stroke shows the path
     expect(page.get_by_text("Where the digit goes").first).to_be_visible()
     deadline = 60
