@@ -215,6 +215,7 @@ class SweepCallback(Callback):
             # at every step until Tune ends: a trial whose worker was still starting when the stop went out
             # (Tune had launched it) says it trains only later, and must get the same stop
             self.tell_to_stop()
+            self.wait_for_restored(trials)
             return
         budget = self.deadline is not None and time.time() >= self.deadline
         if budget and not self.control.stop_requested():
@@ -225,10 +226,21 @@ class SweepCallback(Callback):
                                                           "min ran out (last.pt kept: `sweep --resume` continues it)"} \
             if budget else {}
         busy = self.tell_to_stop()
+        self.wait_for_restored(trials)
         self.control.sweep.log_event("stop", f"{'time budget' if budget else 'stop'}: "
                                              f"{plural(len(busy), 'training trial')} told to stop")
         self.printer(f"{'time budget reached, ' if budget else ''}stopping {plural(len(busy), 'trial')}: each "
                      "saves last.pt and ends; no new trial starts")
+
+    def wait_for_restored(self, trials) -> None:
+        """A trial that has trained before (a resumed sweep's) and that Tune has not launched yet is waited for too:
+        were the experiment ended now, Tune would record it as terminated and no later `sweep --resume` would train
+        it on; launched, it sees the stop and ends unfinished (trial.TrialStopped)."""
+        pending = {t.trial_id for t in trials if t.status == "PENDING" and t.trial_id not in self.running
+                   and self.control.run_of(t.trial_id).exists()}
+        if pending:
+            self.running |= pending
+            self.control.set_running(self.running)
 
     def tell_to_stop(self) -> list[Run]:
         """Send the sweep's stop to every training trial not sent it yet; returns those sent it now."""
