@@ -66,12 +66,15 @@ def start_server(runs_dir: Path, data_dir: Path, log_path: Path, *, timeout: flo
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
     server = Server(proc, port, log_path)
+    # Straight to loopback: urlopen's shared opener keeps whatever proxy the environment named when it was first
+    # used in this process, and a proxy never reaches this machine's own port.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"the dashboard exited with code {proc.returncode}:\n{server.log()}")
         try:
-            with urllib.request.urlopen(f"{server.url}/_stcore/health", timeout=5) as response:
+            with opener.open(f"{server.url}/_stcore/health", timeout=5) as response:
                 if response.read().decode().strip() == "ok":
                     return server
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):

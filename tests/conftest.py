@@ -96,7 +96,12 @@ def dirs(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ network
 @pytest.fixture
 def dead_proxy_env(monkeypatch) -> str:
-    """Route every urllib request through a refused localhost proxy: no test reaches the internet."""
+    """Route every urllib request through a refused localhost proxy: no test reaches the internet. urlopen's shared
+    opener reads the proxies once per process, so it is rebuilt for this test and put back afterwards (a proxy
+    it kept would outlive the test in every later request of this process)."""
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "_opener", None)
     proxy = refused_proxy()
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         monkeypatch.setenv(var, proxy)

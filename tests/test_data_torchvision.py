@@ -63,7 +63,7 @@ def fresh_urllib(monkeypatch):
     monkeypatch.setattr(urllib.request, "_opener", None)
 
 
-def test_kmnist_offline_fails_cleanly_naming_the_folder_and_files(data_dir, dead_proxy_env, fresh_urllib):
+def test_kmnist_offline_fails_cleanly_naming_the_folder_and_files(data_dir, dead_proxy_env):
     assert availability("kmnist", data_dir) == (f"not on disk: downloads 21 MB into {data_dir / 'KMNIST' / 'raw'} "
                                                 "(needs internet)")
     mine = write_idx_dataset(data_dir, folder="KMNIST/raw", seed=5)  # three of the four files are the user's
