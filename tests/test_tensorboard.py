@@ -256,3 +256,25 @@ def test_a_measurement_read_in_two_parts_is_written_once_whole(runs_dir):
         assert scalars(events, f"{tag}/row_read_last") == [(4, 1.0)]
         assert scalars(events, f"{tag}/first_over_last") == [(4, pytest.approx(2.0 ** -27))]
     assert_flow_mirrored(events, run)
+
+
+def test_a_failed_event_file_write_is_one_error_in_the_caller_and_no_traceback(tmp_path, monkeypatch):
+    """TensorBoard's writer thread keeps a write failure for the caller's next flush; it must not also escape the
+    thread (Python prints such an exception's traceback into the terminal of the run: a runs folder made read-only
+    or a full disk mid-run). The thread's exceptions are watched the way Python reports them: threading.excepthook."""
+    import threading
+
+    from brnn_core.runs.tensorboard_log import summary_writer
+
+    escaped = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    writer = summary_writer(tmp_path, flush_secs=3600)
+    event_file = next(tmp_path.glob("events.out.tfevents.*"))
+    event_file.unlink()
+    event_file.mkdir()  # every later append to it fails with an OSError, for root too
+    writer.add_scalar("x", 1.0, 1)
+    with pytest.raises(OSError):
+        writer.flush()
+    with pytest.raises(OSError):
+        writer.close()
+    assert escaped == []

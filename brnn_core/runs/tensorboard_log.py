@@ -19,6 +19,7 @@ import bisect
 import contextlib
 import json
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,7 +59,26 @@ def summary_writer(log_dir: Path, **kwargs: Any):
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # torch raises it when the tensorboard package is not installed
         raise TensorBoardMissing(f"the tensorboard package is not installed: {INSTALL}") from None
+    _quiet_writer_thread_failures()
     return SummaryWriter(str(log_dir), **kwargs)
+
+
+def _quiet_writer_thread_failures() -> None:
+    """TensorBoard writes event files from a thread of its own; when a write fails (a read-only or full disk) it
+    keeps the error, raises it again in the caller's next write, flush or close (where `Recorder` turns it into one
+    warning event and the run goes on), and also lets it escape the thread, which prints a traceback into the
+    user's terminal. Only that thread's OSErrors are kept quiet; every other exception goes to the hook that was
+    there (Python's own, or one a user installed)."""
+    previous = threading.excepthook
+    if getattr(previous, "brnn_tensorboard_quiet", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
+            previous(args)
+
+    hook.brnn_tensorboard_quiet = True
+    threading.excepthook = hook
 
 
 def has_events(folder: Path) -> bool:
