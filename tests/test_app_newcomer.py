@@ -124,8 +124,9 @@ def test_the_inspected_run_follows_its_state(dirs, finished):
     runs_dir, _ = dirs
     run = copy_run(finished, runs_dir)
     status = json.loads(run.status_path.read_text())
+    # queued just now: a queued run without a worker reads as interrupted once its grace since `created` is over
     run.status_path.write_text(json.dumps(status | {"state": "queued", "message": "starting the worker",
-                                                    "pid": None, "heartbeat": time.time()}))
+                                                    "pid": None, "created": time.time(), "heartbeat": time.time()}))
     at = fresh_session("pages/runs.py")
     assert any("queued" in m.value and "starting the worker" in m.value for m in at.markdown)
     run.status_path.write_text(json.dumps(status))
