@@ -15,14 +15,18 @@ $(STAMP): requirements.txt
 run: $(STAMP)
 	$(PY) -m ui.serve --server.address 127.0.0.1 --server.port $(PORT)
 
+# Four files at a time on two cores: much of the suite waits on servers, browsers, Ray and worker start-up
+# (benchmarks/README.md, "The suite"); slow files start first (tests/conftest.py).
+PYTEST_PARALLEL ?= -n 4 --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PARALLEL)
 
 # while you work: no browser, no slow tests (markers in pyproject.toml); `make test` runs everything
 test-fast: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -m "not browser and not slow"
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not browser and not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -31,6 +31,19 @@ from zygote import Zygote
 from brnn_core.runs.rundir import Run
 
 
+def pytest_collection_modifyitems(items):
+    """Slow and browser files first, each file's tests in their own order: `make test` runs files in parallel
+    (pytest-xdist, `--dist loadfile --no-loadscope-reorder`), and a long file handed out last would run alone at
+    the end while the other workers wait."""
+    def rank(item) -> int:
+        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("browser") else 2
+
+    file_rank: dict[str, int] = {}
+    for item in items:
+        file_rank[item.path] = min(file_rank.get(item.path, 2), rank(item))
+    items.sort(key=lambda item: file_rank[item.path])  # stable: files keep their tests together and in order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread():
     """One intra-op thread: these LSTMs are tiny, and two OpenMP threads on a 2-core machine that is also
