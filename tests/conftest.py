@@ -10,9 +10,12 @@ pyproject.toml puts the repository root and tests/ on sys.path (`pythonpath`), f
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from helpers import (
     DIVERGING,
     SMALL_MODEL,
@@ -20,7 +23,6 @@ from helpers import (
     TINY,
     cli_in_process,
     kill_workers,
-    make_run,
     refused_proxy,
     torch_threads,
     train_run,
@@ -28,7 +30,9 @@ from helpers import (
 )
 from zygote import Zygote
 
-from brnn_core.runs.rundir import Run
+from brnn_core.runs.rundir import Run, list_runs
+
+MADE = ".made"  # in a made_once folder: its maker finished
 
 
 def pytest_collection_modifyitems(items):
@@ -59,16 +63,33 @@ def _one_torch_thread():
         os.environ["OMP_NUM_THREADS"] = before
 
 
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder `name` in the temporary folder that every worker of this test run shares, made by `make(folder)`
+    in whichever worker asks first while the others wait on its lock: under `make test`'s parallel workers
+    (pytest-xdist) the session's trained models and drawings are made once, not once per worker."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / name
+    with FileLock(shared / f"{name}.lock"):
+        if not (folder / MADE).exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed halfway left it
+            folder.mkdir()
+            make(folder)
+            (folder / MADE).touch()
+    return folder
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_drawing_cache(tmp_path_factory):
     """One cache of training digits drawn as canvas strokes (brnn_core.data.as_drawn) for the whole session:
     every run of the default recipe on mnist-sample uses the same drawings of 1,404 digits, made once (about 10 s)
-    instead of once per test's data folder. Workers inherit it through the environment."""
+    instead of once per test's data folder, and shared by the parallel workers (as_drawn locks what it writes).
+    Workers inherit it through the environment."""
     from brnn_core.config import TrainConfig
     from brnn_core.data.predraw import marker
 
     before = os.environ.get("BRNN_CACHE_DIR")
-    os.environ["BRNN_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    os.environ["BRNN_CACHE_DIR"] = str(made_once(tmp_path_factory, "cache", lambda _folder: None))
     # No background predraw job in the servers and pages tests start: it would wait in their queues ahead of the
     # runs they start. Each run draws what it needs into this cache; tests/test_predraw.py covers the job.
     for dataset in ("mnist", "mnist-sample"):
@@ -146,10 +167,7 @@ def finished(tmp_path_factory) -> Run:
     once, good enough to read digits. Read-only: tests that change it copy it (helpers.copy_run).
 
     Its lr is constant (the blog's recipe), so a branch or resume of it trains at exactly the lr it is given."""
-    root = tmp_path_factory.mktemp("finished")
-    run, state = train_run(root / "runs", root / "data", **SMALL_MODEL)
-    assert state == "finished", run.status()
-    return run
+    return _trained_once(tmp_path_factory, "finished", "finished", **SMALL_MODEL)
 
 
 @pytest.fixture(scope="session")
@@ -162,11 +180,8 @@ def trained_ckpt(finished: Run) -> Path:
 def gru_one_way(tmp_path_factory) -> Run:
     """A tiny finished one-way GRU (hidden 8, 2 layers, 1 epoch), trained once per session: the pages and the look
     inside for a cell other than the LSTM, and a net with one direction."""
-    root = tmp_path_factory.mktemp("gru")
-    run, state = train_run(root / "runs", root / "data", epochs=1, hidden_size=8, cell="gru", bidirectional=False,
-                           drawn_share=0.0)
-    assert state == "finished", run.status()
-    return run
+    return _trained_once(tmp_path_factory, "gru", "finished", epochs=1, hidden_size=8, cell="gru", bidirectional=False,
+                         drawn_share=0.0)
 
 
 @pytest.fixture(scope="session")
@@ -174,12 +189,18 @@ def diverged(tmp_path_factory) -> Run:
     """The session's one real diverging run, trained once in this process (read-only; copy_run it to change it):
     TINY with SGD at lr 10 and weight decay 1 (helpers.DIVERGING), whose loss explodes, finite, within the first
     epoch. test_worker.py reads how it ended, test_divergence.py how its loss exploded."""
-    from brnn_core.training.worker import train_run_dir
+    return _trained_once(tmp_path_factory, "diverged", "diverged", base={**TINY, "epochs": 2, "augment": "off"},
+                         **DIVERGING)
 
-    root = tmp_path_factory.mktemp("diverged")
-    run = make_run(root / "runs", base={**TINY, "epochs": 2, "augment": "off"}, **DIVERGING)
-    state = train_run_dir(run, data_dir=root / "data")
-    assert state == "diverged", run.status()
+
+def _trained_once(tmp_path_factory, name: str, ends: str, **settings) -> Run:
+    """A run trained in this process with `settings` (helpers.train_run), once for all parallel workers; it must
+    end `ends`."""
+    def make(folder: Path) -> None:
+        run, state = train_run(folder / "runs", folder / "data", **settings)
+        assert state == ends, run.status()
+
+    (run,) = list_runs(made_once(tmp_path_factory, name, make) / "runs")
     return run
 
 

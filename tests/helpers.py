@@ -29,6 +29,7 @@ import pytest
 from brnn_core.config import TrainConfig
 from brnn_core.data.datasets import IDX_FILES
 from brnn_core.runs.rundir import Run, create_run, list_runs, new_run_config
+from brnn_core.states import ACTIVE_STATES
 from brnn_core.training.worker import train_run_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -403,7 +404,9 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = 20) -> None:
 
 
 def kill_workers(runs_dir: Path) -> None:
-    """End every worker process named in the runs' status.json (workers run in their own session)."""
+    """End every worker process named in the status.json of the runs still active (workers run in their own
+    session). An ended run's pid is history: a copy of the session's shared trained run names the test process
+    that trained it, which under `make test` may be another worker of this suite, still running."""
     if not Path(runs_dir).is_dir():
         return
     import psutil
@@ -411,7 +414,7 @@ def kill_workers(runs_dir: Path) -> None:
     for run in list_runs(runs_dir):
         status = run.stored_status()
         pid = status.get("pid")
-        if not pid or int(pid) == os.getpid():  # a run trained in this process (see conftest's `finished`)
+        if not pid or int(pid) == os.getpid() or status.get("state") not in ACTIVE_STATES:
             continue
         try:
             proc = psutil.Process(int(pid))
