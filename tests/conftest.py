@@ -35,16 +35,24 @@ from brnn_core.runs.rundir import Run, list_runs
 MADE = ".made"  # in a made_once folder: its maker finished
 
 
-def pytest_collection_modifyitems(items):
-    """Slow and browser files first, each file's tests in their own order: `make test` runs files in parallel
-    (pytest-xdist, `--dist loadfile --no-loadscope-reorder`), and a long file handed out last would run alone at
-    the end while the other workers wait."""
-    def rank(item) -> int:
-        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("browser") else 2
+# The files that take longest from start to end (mostly waiting on Ray, servers and browsers), longest first:
+# `make test`'s durations list shows them
+LONGEST_FILES = ("test_sweep.py", "test_cluster.py", "test_browser_newcomer.py", "test_bench.py")
 
-    file_rank: dict[str, int] = {}
+
+def pytest_collection_modifyitems(items):
+    """The longest files first, then the other slow and browser files, each file's tests in their own order: `make
+    test` runs files in parallel (pytest-xdist, `--dist loadfile --no-loadscope-reorder`), and a long file handed
+    out last would run alone at the end while the other workers wait."""
+    def rank(item) -> int:
+        if item.path.name in LONGEST_FILES:
+            return LONGEST_FILES.index(item.path.name)
+        return len(LONGEST_FILES) + (0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("browser")
+                                     else 2)
+
+    file_rank: dict[Path, int] = {}
     for item in items:
-        file_rank[item.path] = min(file_rank.get(item.path, 2), rank(item))
+        file_rank[item.path] = min(file_rank.get(item.path, rank(item)), rank(item))
     items.sort(key=lambda item: file_rank[item.path])  # stable: files keep their tests together and in order
 
 
