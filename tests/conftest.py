@@ -194,7 +194,7 @@ def gru_one_way(tmp_path_factory) -> Run:
 
 @pytest.fixture(scope="session")
 def diverged(tmp_path_factory) -> Run:
-    """The session's one real diverging run, trained once in this process (read-only; copy_run it to change it):
+    """The session's one real diverging run, trained once in a test process (read-only; copy_run it to change it):
     TINY with SGD at lr 10 and weight decay 1 (helpers.DIVERGING), whose loss explodes, finite, within the first
     epoch. test_worker.py reads how it ended, test_divergence.py how its loss exploded."""
     return _trained_once(tmp_path_factory, "diverged", "diverged", base={**TINY, "epochs": 2, "augment": "off"},
