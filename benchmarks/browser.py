@@ -25,6 +25,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 VIEWPORT = {"width": 1400, "height": 1000}
 
 
+def loopback_opener() -> urllib.request.OpenerDirector:
+    """An opener that goes straight to this machine's own ports. urlopen's shared opener keeps whatever proxy the
+    environment named when it was first used in the process, and a proxy never reaches 127.0.0.1."""
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def free_port() -> int:
     """A localhost port with nothing listening: connections are refused at once until someone binds it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -66,9 +72,7 @@ def start_server(runs_dir: Path, data_dir: Path, log_path: Path, *, timeout: flo
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
     server = Server(proc, port, log_path)
-    # Straight to loopback: urlopen's shared opener keeps whatever proxy the environment named when it was first
-    # used in this process, and a proxy never reaches this machine's own port.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    opener = loopback_opener()
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:

@@ -23,13 +23,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
 
+from benchmarks.browser import loopback_opener
 from brnn_core.runs.rundir import list_runs
 from brnn_core.states import ACTIVE_STATES
 
@@ -47,7 +47,7 @@ def free_port() -> int:
 
 
 def healthy(port: int) -> bool:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    opener = loopback_opener()
     try:
         with opener.open(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as response:
             return response.read() == b"ok"

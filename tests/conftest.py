@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(items):
 
     file_rank: dict[Path, int] = {}
     for item in items:
-        file_rank[item.path] = min(file_rank.get(item.path, rank(item)), rank(item))
+        file_rank[item.path] = min(file_rank.get(item.path, 2 + len(LONGEST_FILES)), rank(item))
     items.sort(key=lambda item: file_rank[item.path])  # stable: files keep their tests together and in order
 
 
@@ -137,13 +137,17 @@ def dirs(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ network
 @pytest.fixture
-def dead_proxy_env(monkeypatch) -> str:
-    """Route every urllib request through a refused localhost proxy: no test reaches the internet. urlopen's shared
-    opener reads the proxies once per process, so it is rebuilt for this test and put back afterwards (a proxy
-    it kept would outlive the test in every later request of this process)."""
+def fresh_urllib(monkeypatch) -> None:
+    """urlopen builds its shared opener, proxies included, once per process: it is rebuilt from this test's
+    environment and put back afterwards (a proxy it kept would outlive the test in every later request)."""
     import urllib.request
 
     monkeypatch.setattr(urllib.request, "_opener", None)
+
+
+@pytest.fixture
+def dead_proxy_env(monkeypatch, fresh_urllib) -> str:
+    """Route every urllib request through a refused localhost proxy: no test reaches the internet."""
     proxy = refused_proxy()
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         monkeypatch.setenv(var, proxy)

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +36,7 @@ from helpers import (
     worker_environ,
 )
 
+from benchmarks.browser import loopback_opener
 from brnn_core.checkpoint import load_checkpoint
 from brnn_core.runs import jobs
 from brnn_core.runs.index import read_run, runs_table
@@ -188,7 +188,7 @@ def start_server(port: int, runs_dir: Path, idx_data: Path, log: Path) -> subpro
 
 
 def http_get(url: str) -> tuple[int, str]:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # localhost: no proxy
+    opener = loopback_opener()
     try:
         with opener.open(url, timeout=5) as response:
             return response.status, response.read().decode(errors="replace")

@@ -10,7 +10,6 @@ import functools
 import hashlib
 import http.server
 import threading
-import urllib.request
 
 import numpy as np
 import pytest
@@ -55,12 +54,6 @@ def test_kmnist_in_the_plain_folder_with_mixed_gz_and_plain_files(data_dir):
     assert torch.equal(ds.train_x, torch.from_numpy(written[IDX_FILES[0]]))
     assert torch.equal(ds.test_y, torch.from_numpy(written[IDX_FILES[3]].astype(np.int64)))
     assert sorted(p.name for p in (data_dir / "kmnist").iterdir()) == before  # nothing unpacked into the folder
-
-
-@pytest.fixture
-def fresh_urllib(monkeypatch):
-    """urlopen builds its opener, proxies included, once per process: rebuild it from this test's environment."""
-    monkeypatch.setattr(urllib.request, "_opener", None)
 
 
 def test_kmnist_offline_fails_cleanly_naming_the_folder_and_files(data_dir, dead_proxy_env):

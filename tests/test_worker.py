@@ -117,7 +117,7 @@ def test_a_run_stopped_by_a_scheduler_says_why(runs_dir):
 # ------------------------------------------------------------------ diverged
 def test_a_diverging_run_says_what_to_change_and_keeps_its_starting_weights(diverged):
     """SGD at lr 10 with weight decay 1 multiplies every weight by -9 a step: the loss explodes within steps
-    (conftest's `diverged`, trained in this process; the fixture checks what train_run_dir returned)."""
+    (conftest's `diverged`, trained in a test process; the fixture checks what train_run_dir returned)."""
     run = diverged
     status = assert_ended(run, "diverged", run.status()["state"], here=False)
     message = status["message"]
