@@ -217,6 +217,9 @@ def test_compare_makes_the_group_one_entry_of_a_matrix_and_links_each_entry_to_i
     means = [t["name"] for t in traces(page, "Training loss") if "mean" in t["name"]]
     assert means == [f"{e} mean ± std (n=3)" for e in ("LSTM two-way", "LSTM one-way", "RNN two-way",
                                                          "RNN one-way")]
+    # the profiles are a chart of their own, drawn after the curves on a busy machine: wait for it the same way
+    page.wait_for_function(f"() => {{ const t = ({TRACES_JS})('Gradient flow through the rows'); "
+                           "return t && t.length === 6; }", timeout=T)
     flow = traces(page, "Gradient flow through the rows")
     assert len(flow) == 6 and {t["name"] for t in flow} == {"forward", "backward"}  # two-way: 2 readers, one-way 1
     expect(page.locator("[data-testid=stException]")).to_have_count(0)
