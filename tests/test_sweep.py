@@ -179,40 +179,75 @@ def test_tpe_sweep_picks_each_trial_from_the_results_so_far(runs_dir, data_dir, 
     no_ray_left(watch)
 
 
-BUDGET_EPOCHS = 150
+BUDGET_EPOCHS = 30
+
+
+def pause_once_past(runs_dir: Path, proc, epochs: dict[str, int]) -> None:
+    """Pause each trial as soon as it has trained past `epochs[its id]` (0 for one not listed), and return once all
+    the sweep's trials are paused or the sweep has ended.
+
+    A paused trial waits for the time budget without training: the budget then ends trials that are part-way
+    however fast or busy the machine is (only Ray's start-up is spent before the first epoch)."""
+    paused: set[str] = set()
+
+    def all_paused() -> bool:
+        for path in runs_dir.glob("*-t0*"):
+            run = Run(path)
+            if path.name not in paused and (path / "config.json").is_file() \
+                    and len(val_rows(run)) > epochs.get(run.id, 0):
+                run.send_command("pause")
+                paused.add(path.name)
+        return proc.poll() is not None or len(paused) == 2
+
+    poll(all_paused, 600, "both trials to train an epoch", 0.2)
+
+
+def budget_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path, epochs: dict[str, int]):
+    proc = start_sweep(args, runs_dir, data_dir, log)
+    try:
+        pause_once_past(runs_dir, proc, epochs)
+        return finish(proc, log)
+    finally:
+        if proc.poll() is None:
+            end_group(proc)
 
 
 def test_time_budget_stops_trials_with_last_pt_and_resume_finishes_them(runs_dir, data_dir, tmp_path):
-    # epochs: more than the two budgets below can train on any machine. The second budget is half the first: a
-    # restored trial starts faster than a new one, so an equal budget would train more epochs the second time
-    code, out, _ = run_sweep([*TINY, "--set", f"epochs={BUDGET_EPOCHS}", "--search", "lr=grid:0.01,0.003",
-                              "--concurrency", "2", "--time-budget", "0.2"], runs_dir, data_dir, tmp_path / "sweep.log")
+    # each trial is paused once it has trained an epoch: the budget then finds it part-way, paused, on any machine
+    code, out = budget_sweep([*TINY, "--set", f"epochs={BUDGET_EPOCHS}", "--search", "lr=grid:0.01,0.003",
+                              "--concurrency", "2", "--time-budget", "1"], runs_dir, data_dir, tmp_path / "sweep.log",
+                             {})
     assert code == 0, out
     sweep = the_sweep(runs_dir)
     assert sweep.info()["state"] == "stopped" and "time budget reached" in out, out
     stopped = [r for r in sweep.trial_runs() if r.status()["state"] == "stopped"]
-    assert stopped, [r.status() for r in sweep.trial_runs()]
+    assert stopped and len(stopped) == len(sweep.trial_runs()), [r.status() for r in sweep.trial_runs()]
     for run in stopped:
-        assert run.last_ckpt.is_file() and "time budget of 0.2 min ran out" in run.status()["message"]
-    stopped_at = {run.id: run.status()["epoch"] for run in sweep.trial_runs()}
+        status = run.status()
+        assert run.last_ckpt.is_file() and "time budget of 1 min ran out" in status["message"], status
+        assert 1 <= len(val_rows(run)) < BUDGET_EPOCHS, status
+    stopped_at = {run.id: len(val_rows(run)) for run in stopped}
     # a budget of its own for the continued part (counted from Tune's restore): it stops again, with that budget
     # named. A trial still restoring when it runs out does not start.
-    code, out, _ = run_sweep(["--resume", sweep.id, "--time-budget", "0.1"], runs_dir, data_dir,
-                             tmp_path / "resume-budget.log")
+    code, out = budget_sweep(["--resume", sweep.id, "--time-budget", "0.5"], runs_dir, data_dir,
+                             tmp_path / "resume-budget.log", stopped_at)
     assert code == 0, out
     info = sweep.info()
-    assert info["state"] == "stopped" and info["resume_budget_s"] == pytest.approx(6.0), out
-    assert "time budget 0.1 min" in out and "time budget reached" in out, out
+    assert info["state"] == "stopped" and info["resume_budget_s"] == pytest.approx(30.0), out
+    assert "time budget 0.5 min" in out and "time budget reached" in out, out
     for run in sweep.trial_runs():
         status = run.status()
         assert status["state"] == "stopped" and run.last_ckpt.is_file(), status
-        assert "0.1 min ran out" in status["message"] or status["epoch"] == stopped_at[run.id], status
+        assert "0.5 min ran out" in status["message"] or len(val_rows(run)) == stopped_at[run.id], status
+        assert len(val_rows(run)) < BUDGET_EPOCHS, status
     code, out, watch = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
     assert code == 0, out
     assert sweep.info()["state"] == "finished" and sweep.info()["resume_budget_s"] is None
     for run in sweep.trial_runs():  # the stopped trials trained on from their last.pt to the end
         assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, BUDGET_EPOCHS + 1))
         assert not run.metrics()[["step", "split"]].duplicated().any()
+        kinds = [e["kind"] for e in run.events()]
+        assert "pause" in kinds, kinds
     no_ray_left(watch)
 
 
