@@ -72,17 +72,19 @@ def bench_defaults(ctx: Context) -> list[Row]:
     runs_dir = ctx.workdir / "defaults-runs"
     cfg = TrainConfig()
     steps = -(-(n_images - round(n_images * cfg.val_fraction)) // cfg.batch_size)  # an epoch, as the CLI trains
-    blog = Child("blog", ctx.device, tuned=False, spec={"dataset": dataset})
+    hidden = ctx.sizes.default_hidden
+    sets = (f"hidden_size={hidden}",) if hidden else ()
+    blog = Child("blog", ctx.device, tuned=False, spec={"dataset": dataset, "hidden_size": hidden})
     auto, off = [], []
     try:
         blog.call("train", steps=5)  # warm-up
-        res = alternate({"cli": lambda: cli_run(runs_dir, dataset, n_images, auto),
+        res = alternate({"cli": lambda: cli_run(runs_dir, dataset, n_images, auto, sets),
                          "blog": lambda: blog.samples_per_s(steps),
-                         "cli amp=off": lambda: cli_run(runs_dir, dataset, n_images, off, ("amp=off",))},
+                         "cli amp=off": lambda: cli_run(runs_dir, dataset, n_images, off, (*sets, "amp=off"))},
                         ctx.sizes.default_reps, ctx.log, "defaults ")
     finally:
         blog.close()
-    what = f"1 epoch of {dataset} ({steps} steps of 100)"
+    what = f"1 epoch of {dataset} ({steps} steps of 100{f', hidden {hidden}' if hidden else ''})"
     cli = f"python -m brnn_core train, {what}; no thread settings ({os.cpu_count()} cores)"
     return [throughput_row("defaults", "CLI, default settings", res["cli"],
                            f"{cli}; amp={cfg.amp}, trained in {'/'.join(sorted(set(auto)))}"),

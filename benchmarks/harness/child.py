@@ -35,8 +35,8 @@ class Child:
     strictly one after the other (A B A B ...), never at the same time.
 
     kind: "engine" or "blog" (training steps), "engine-eval" or "blog-eval" (a whole test set).
-    spec: EngineTrainer settings (hidden_size, batch_size, log_interval), the training `dataset` (default
-    mnist-sample) and eval_dataset.
+    spec: EngineTrainer settings (hidden_size, batch_size, log_interval; a blog trainer takes hidden_size), the
+    training `dataset` (default mnist-sample) and eval_dataset.
     """
 
     def __init__(self, kind: str, device: torch.device, *, tuned: bool, spec: dict | None = None):
@@ -113,7 +113,7 @@ def make_side(kind: str, device: torch.device, spec: dict) -> Trainer | EngineEv
         if kind == "engine":
             return EngineTrainer(ds.train_x, ds.train_y, device, hidden_size=spec.get("hidden_size"),
                                  batch_size=spec.get("batch_size"), log_interval=spec.get("log_interval"))
-        return BlogTrainer(ds.train_x, ds.train_y, device)
+        return BlogTrainer(ds.train_x, ds.train_y, device, hidden_size=spec.get("hidden_size"))
     if kind in ("engine-eval", "blog-eval"):
         test = load_dataset(spec.get("eval_dataset") or "mnist-sample", download=False)
         if kind == "engine-eval":

@@ -39,11 +39,12 @@ class Sizes:
     breakdown_steps: int = 20
     quick_data: bool = False  # the defaults row on mnist-sample instead of fashion-mnist
     default_reps: int = 3  # alternated CLI-run / blog-epoch pairs (defaults rows)
+    default_hidden: int | None = None  # None: the default network; --quick trains a narrower one on both sides
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(train_steps=4, warmup_steps=2, reps=2, eval_reps=1, eval_dataset="mnist-sample", worker_reps=1,
-                   quick_data=True, default_reps=1,
+                   quick_data=True, default_reps=1, default_hidden=32,
                    worker_overrides={"val_fraction": 0.5, "log_interval": 5, "hidden_size": 32}, worker_warmup=False,
                    predict_calls=30,
                    scaling_batches=(32, 256), scaling_hidden=(64, 128), scaling_eval_batches=(100, 500),

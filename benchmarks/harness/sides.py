@@ -75,11 +75,13 @@ class EngineTrainer(Trainer):
 class BlogTrainer(Trainer):
     """The blog script's training loop (benchmarks.harness.blog_baseline) on the same uint8 images."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, seed: int = 0):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, seed: int = 0,
+                 hidden_size: int | None = None):
         cfg = TrainConfig()
         self.device = device
         torch.manual_seed(seed)
-        self.model, self.criterion = blog.make_model(device, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers)
+        self.model, self.criterion = blog.make_model(device, hidden_size=hidden_size or cfg.hidden_size,
+                                                     num_layers=cfg.num_layers)
         self.optimizer = blog.make_optimizer(self.model, cfg.lr)
         self.loader = blog.make_loader(x, y, batch_size=cfg.batch_size, shuffle=True)
 
