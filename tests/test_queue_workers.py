@@ -105,6 +105,9 @@ def test_cli_train_waits_its_turn_saying_so_and_ctrl_c_cancels_it(tmp_path, idx_
         procs.append(start_cli_training(runs_dir, idx_data, *LONG, log=logs[0]))
         first = Run(runs_dir / wait_for(lambda: run_id_in(logs[0]), 120, "the first run's directory"))
         wait_for_state(first, "running", 180)
+        # paused, it holds the device as a training run does, without spending the CPU the others start with
+        first.send_command("pause")
+        wait_for_state(first, "paused", 180)
         ids = [first.id]
         for k, log in enumerate(logs[1:], start=1):  # each started once the one before it is in line
             procs.append(start_cli_training(runs_dir, idx_data, *SHORT, f"seed={k}", log=log))
