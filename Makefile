@@ -15,7 +15,7 @@ $(STAMP): requirements.txt
 run: $(STAMP)
 	$(PY) -m ui.serve --server.address 127.0.0.1 --server.port $(PORT)
 
-# Four files at a time: part of the suite waits on servers, browsers, Ray and worker start-up
+# Four files at a time: on two cores this beat two at a time, though the suite is CPU-bound throughout
 # (benchmarks/README.md, "The suite"); slow files start first (tests/conftest.py).
 PYTEST_PARALLEL ?= -n 4 --dist loadfile --no-loadscope-reorder
 

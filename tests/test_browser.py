@@ -201,8 +201,8 @@ def test_train_with_live_controls(dashboard, page):
 
 def canvas_box(page) -> dict:
     canvas = page.locator("[data-testid=stBidiComponentIsolated] canvas.upper-canvas")
-    # a save gives a fresh canvas and reruns the whole page: on a busy machine the page held two canvases for a
-    # while during that run (the full-suite run, 4 workers). One canvas is the page a user draws on once it settled
+    # a save gives a fresh canvas and reruns the whole page: on a busy machine the page held the outgoing and the
+    # fresh canvas at once for a while. A stroke drawn on the outgoing one is lost: draw_until draws again
     expect(canvas).to_have_count(1)
     expect(canvas).to_be_visible()
     canvas.scroll_into_view_if_needed()
