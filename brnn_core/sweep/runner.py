@@ -46,7 +46,10 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0",  # no usage reports (no traffic off t
            "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C is ours: stop trials cleanly (see drive)
            "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the run directories are the record, not Tune's CSV/TB files
            "RAY_AIR_NEW_OUTPUT": "0"}  # with verbose=0: Tune prints nothing; our callback prints
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+EMBEDDED_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                # read by the raylet ray.init starts: the workers it would start ahead for the first driver sat
+                # idle beside the ones Tune starts for its trials, each importing Ray for nothing
+                "RAY_prestart_worker_first_driver": "0"}
 EXIT = {State.FINISHED: 0, State.STOPPED: 0, State.FAILED: 1, State.INTERRUPTED: 1}
 
 
@@ -61,8 +64,8 @@ def token_available() -> bool:
 def prepare_env(address: str | None) -> None:
     """Environment for Ray, set before ray is imported (it reads some of it at import)."""
     os.environ.update(RAY_ENV)
-    if address is None:  # the embedded Ray only: this setting would make a client refuse a real head
-        os.environ.update(LOOPBACK_ENV)
+    if address is None:  # the embedded Ray only: the first setting would make a client refuse a real head
+        os.environ.update(EMBEDDED_ENV)
     if "RAY_AUTH_MODE" not in os.environ and (address is None or token_available()):
         # embedded: Ray's default made explicit (it creates ~/.ray/auth_token if missing); a cluster started
         # with `ray start` asks for the token: send it with no extra step. RAY_AUTH_MODE=disabled is respected.
