@@ -128,9 +128,10 @@ def test_selecting_the_group_opens_it_and_draws_its_band(notebook, page):
     click_row(page, 0, index)
     expect(page.get_by_text(f"Seed group {group}").first).to_be_visible()
     expect(page.get_by_text(re.compile(rf"showing group {group} \(3 runs, mean ± std\)\.")).first).to_be_visible()
-    page.wait_for_function(f"() => {{ const t = ({TRACES_JS})('Training loss'); return t && t.length === 3; }}",
-                           timeout=T)
     for title in ("Training loss", "Validation loss"):
+        # each chart is redrawn on its own: the other may still show every run for a moment
+        page.wait_for_function(f"() => {{ const t = ({TRACES_JS})({title!r}); return t && t.length === 3; }}",
+                               timeout=T)
         lower, upper, mean = traces(page, title)  # the group alone: its band's edges and its mean
         assert mean["name"] == f"group {group} mean ± std (n=3)", title
         assert upper["fill"] == "tonexty" and upper["fillcolor"].startswith("rgba(") and lower["fill"] == "none"
