@@ -128,14 +128,14 @@ def test_train_with_the_defaults_live_lr_pause_and_resume(server, page):
     expect(page.locator("[data-testid=stAlertContentError]").first).to_be_visible()
     expect(page.get_by_role("button", name="Apply")).to_be_disabled()
     enter(live_lr, "0.005")
-    # and, as a newcomer who has seen enough, six epochs in all: the rest of the walk needs a model, not 20 epochs
+    # and, as a newcomer who has seen enough, three epochs in all: the rest of the walk needs a model, not 20 epochs
     # (enough steps left to pause: at the default bf16 an epoch of the sample is a few seconds here)
-    enter(page.get_by_role("spinbutton", name="Total epochs"), "6")
+    enter(page.get_by_role("spinbutton", name="Total epochs"), "3")
     expect(page.get_by_role("button", name="Apply")).to_be_enabled()
     no_cut_labels(page, "Train, live controls")
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text(re.compile(r"applied, lr 0\.01 (->|→) 0\.005 at step \d+")).first).to_be_visible()
-    expect(page.get_by_text(re.compile(r"applied, epochs \d+ (->|→) 6 at step \d+")).first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"applied, epochs \d+ (->|→) 3 at step \d+")).first).to_be_visible()
     screenshot(page, "train-running", SHOTS)
 
     page.get_by_role("button", name="Pause").click()

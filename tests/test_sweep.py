@@ -179,7 +179,7 @@ def test_tpe_sweep_picks_each_trial_from_the_results_so_far(runs_dir, data_dir, 
     no_ray_left(watch)
 
 
-BUDGET_EPOCHS = 30
+BUDGET_EPOCHS = 8
 
 
 def pause_once_past(runs_dir: Path, proc, epochs: dict[str, int]) -> None:
