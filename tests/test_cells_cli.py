@@ -21,11 +21,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 @pytest.mark.parametrize("cell", ["gru", "rnn"])
 @pytest.mark.parametrize("direction", ["bi", "uni"])
-def test_train_a_tiny_net_of_each_cell_and_direction_from_the_cli(cell, direction, runs_dir, data_dir, sample):
+def test_train_a_tiny_net_of_each_cell_and_direction_from_the_cli(cell, direction, runs_dir, data_dir, sample, brnn):
     two_way = direction == "bi"
     sets = [f"cell={cell}", f"bidirectional={'yes' if two_way else 'no'}", "hidden_size=8", "epochs=1",
             "drawn_share=0", "device=cpu"]
-    result = run_cli(["train", *(a for s in sets for a in ("--set", s))], runs_dir, data_dir)
+    # one in a process of its own, as typed; the others through the same cli.main here (no process start each)
+    cli = run_cli if (cell, direction) == ("gru", "bi") else brnn
+    result = cli(["train", *(a for s in sets for a in ("--set", s))], runs_dir, data_dir)
     assert result.returncode == 0, result.stderr[-2000:]
     run = Run(Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1)))
     assert run.status()["state"] == "finished"
