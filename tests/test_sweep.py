@@ -179,12 +179,14 @@ def test_tpe_sweep_picks_each_trial_from_the_results_so_far(runs_dir, data_dir, 
     no_ray_left(watch)
 
 
+# more than a trial trains in both budgeted parts: it is paused past epoch 1, then past where it stopped, and may
+# train an epoch or two before the pause reaches it; so each budget finds every trial part-way
 BUDGET_EPOCHS = 8
 
 
 def pause_once_past(runs_dir: Path, proc, epochs: dict[str, int]) -> None:
-    """Pause each trial as soon as it has trained past `epochs[its id]` (0 for one not listed), and return once all
-    the sweep's trials are paused or the sweep has ended.
+    """Pause each trial as soon as it has trained past `epochs[its id]` (0 for one not listed), and return once both
+    trials (the one caller's grid has two) are paused or the sweep has ended.
 
     A paused trial waits for the time budget without training: the budget then ends trials that are part-way
     however fast or busy the machine is (only Ray's start-up is spent before the first epoch)."""
