@@ -1,7 +1,8 @@
 """A newcomer's path in a real browser at 1400 px, on one fresh server: train with the defaults, change the
 lr live (a bad value is caught first), pause and resume, draw and save drawings, Teach it until before -> after
-shows, the Runs page, a small sweep, Train with these settings, Open best in Predict; and every page opened
-first in a new browser session. On each page no label may be cut off (an ellipsis, or text clipped by its box).
+shows, the Runs page, a small sweep (a bad spec refused inline, the table and plots filling live, a reload
+keeping the view), Train with these settings, Open best in Predict; and every page opened first in a new
+browser session. On each page no label may be cut off (an ellipsis, or text clipped by its box).
 
 Skipped without Chromium unless BRNN_REQUIRE_BROWSER=1. With BRNN_UPDATE_SCREENSHOTS=1 the shots named in the
 README are copied to docs/screenshots/.
@@ -16,10 +17,10 @@ from browser_server import browser_page, require_browser, screenshot, start_serv
 from helpers import REPO, kill_workers
 from test_browser import draw_stroke as draw
 from test_browser import draw_until
-from test_browser_sweep import PLOT_LINES_JS
 
 from brnn_core.runs.rundir import Run, list_runs
 from brnn_core.sweep.records import list_sweeps
+from ui.common import picker_id
 
 try:
     from playwright.sync_api import expect
@@ -34,6 +35,15 @@ T = 120_000  # ms: anything visible
 LONG = 900_000  # ms: the default run to its end, a sweep, on two busy cores
 if expect is not None:
     expect.set_options(timeout=T)
+
+PLOT_LINES_JS = """(kind) => {
+    const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p._fullData && p._fullData.length
+        && p._fullData[0].type === kind);
+    if (!plot) return -1;
+    const d = plot._fullData;
+    return kind === 'parcoords' ? d[0].dimensions[0].values.length : d.length;
+}"""
+TABLE_TEXT_JS = "() => [...document.querySelectorAll('[data-testid=stDataFrame] td')].map(e => e.innerText)"
 
 # Visible elements with text of their own whose content is wider than their box while the box clips it
 # (an ellipsis or hidden overflow): a label the user cannot read whole. Scrolling boxes (code) do not count.
@@ -240,6 +250,8 @@ def test_runs_page_follows_and_fits(server, page):
 
 
 def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
+    """The Sweep page: a bad spec is refused inline, a 2-trial sweep (embedded Ray, tiny trials) fills the table and
+    the plots live, a reload keeps the view, and its best opens in Train and in Predict."""
     srv, runs, _ = server
     page.goto(f"{srv.url}/sweep")
     expect(page.get_by_text("Sweep hyperparameters")).to_be_visible()
@@ -250,17 +262,34 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
     for label, value in (("Epochs", "1"), ("Hidden size", "8"), ("Recurrent layers", "1")):
         enter(page.get_by_label(label, exact=True), value)
         expect(page.get_by_label(label, exact=True)).to_have_value(value)
-    enter(page.get_by_role("textbox", name="lr", exact=True), "grid:0.01,0.003")
+    spec = page.get_by_role("textbox", name="lr", exact=True)
+    enter(spec, "loguniform:0:1")  # refused inline: lr cannot be 0
+    expect(page.get_by_text(re.compile(r"lr: '0' is not a valid lr")).first).to_be_visible()
+    expect(page.get_by_role("button", name="Start sweep")).to_be_disabled()
+    enter(spec, "grid:0.01,0.003")
+    expect(page.get_by_text("8 trials of lr grid:0.01,0.003").first).to_be_visible()  # 4 trials x the grid
     enter(page.get_by_label("Trials", exact=True), "1")
-    expect(page.get_by_text("2 trials of lr grid:0.01,0.003").first).to_be_visible()
+    expect(page.get_by_text("2 trials of lr grid:0.01,0.003; scheduler fifo").first).to_be_visible()
     page.get_by_role("button", name="Start sweep").click()
+    expect(page.get_by_text(re.compile(r"Started sweep \S+")).first).to_be_visible()
+    # live: the table gets both trials, the plots a line per trial, then both finish
+    page.wait_for_function(f"() => ({TABLE_TEXT_JS})().filter(t => /^t0[01]$/.test(t)).length === 2", timeout=LONG)
+    page.wait_for_function(f"() => ({PLOT_LINES_JS})('parcoords') === 2", timeout=LONG)
+    page.wait_for_function(f"() => ({PLOT_LINES_JS})('scatter') === 2", timeout=T)
     expect(page.get_by_text(re.compile(r"2 of 2 trials started · 2 finished"))).to_be_visible(timeout=LONG)
-    page.wait_for_function(f"() => ({PLOT_LINES_JS})('parcoords') === 2", timeout=T)
+    page.wait_for_function(f"() => ({TABLE_TEXT_JS})().filter(t => t === 'finished').length === 2")
+    cells = page.evaluate(TABLE_TEXT_JS)
+    assert "0.01" in cells and "0.003" in cells, cells
+    sweep = list_sweeps(runs)[0]
+    assert sweep.info()["state"] == "finished"
+    expect(page.get_by_text(re.compile(r"^Best: trial t0[01] · val_loss \d\.\d{4} at epoch 1"))).to_be_visible()
     no_exception(page, "Sweep, finished")
     no_cut_labels(page, "Sweep, finished")
     page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollTo(0, 0)")
     screenshot(page, "sweep", SHOTS)
-    sweep = list_sweeps(runs)[0]
+    # a reload keeps the view (the sweep id is in the URL)
+    page.reload()
+    expect(page.get_by_text(re.compile(r"2 of 2 trials started · 2 finished"))).to_be_visible()
     best = Run(runs / sweep.info()["best"]["run_id"])
 
     page.get_by_role("button", name="Train with these settings").click()
@@ -272,9 +301,9 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
 
     page.goto(f"{srv.url}/sweep")
     page.get_by_role("button", name="Open best in Predict").click()
+    expect(page.get_by_text("Draw a digit").first).to_be_visible()
     picker = page.get_by_role("combobox", name="Run checkpoint")
-    time = best.id.split("-")[1]
-    expect(picker).to_have_value(re.compile(rf"^{time[:2]}:{time[2:4]}:{time[4:]} .* · best"))
+    expect(picker).to_have_value(re.compile("^" + re.escape(f"{picker_id(best.id)} · best · ")))
     expect(page.get_by_text("two-way LSTM (BiLSTM), hidden 8, 1 layer,").first).to_be_visible()  # the one predicting
 
 
