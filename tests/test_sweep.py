@@ -273,33 +273,6 @@ def test_ctrl_c_stops_every_trial_with_last_pt(runs_dir, data_dir, tmp_path):
     no_ray_left(watch)
 
 
-def test_killed_trial_ends_interrupted_and_resume_finishes_it(runs_dir, data_dir, tmp_path):
-    import psutil
-
-    log = tmp_path / "sweep.log"
-    proc = start_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
-                       runs_dir, data_dir, log)
-    victim = poll(lambda: next((r for p in runs_dir.glob("*-t00") if (r := Run(p)).status().get("step")), None),
-                  600, "trial t00 to train", 0.5, proc=proc, log=log)
-    pid = victim.status()["pid"]
-    psutil.Process(pid).kill()
-    code, out = finish(proc, log)
-    assert code == 0, out
-    sweep = the_sweep(runs_dir)
-    trials = trial_runs(sweep)
-    assert trials["t00"].status()["state"] == State.INTERRUPTED
-    assert any(e["kind"] == "error" and "process" in e["message"] for e in trials["t00"].events())
-    assert [trials[t].status()["state"] for t in ("t01", "t02")] == ["finished", "finished"]
-    assert sweep.info()["state"] == "finished"
-    # --resume continues the interrupted trial from its last.pt
-    code, out, _ = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
-    assert code == 0, out
-    run = trials["t00"]
-    assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == [1, 2, 3]
-    assert not run.metrics()[["step", "split"]].duplicated().any()
-    assert any(e["kind"] == "resume" for e in run.events())
-
-
 def test_resume_an_interrupted_sweep(runs_dir, data_dir, tmp_path):
     """The driver dies (SIGKILL): the sweep reads `interrupted`; --resume restores Tune's experiment and finishes."""
     log = tmp_path / "sweep.log"
@@ -326,8 +299,12 @@ def test_resume_an_interrupted_sweep(runs_dir, data_dir, tmp_path):
     no_ray_left(watch)
 
 
-def test_pause_resume_and_stop_a_trial_like_any_run(runs_dir, data_dir, tmp_path):
-    """The Train page's buttons on trials: t00 paused while the sweep goes on, t01 stopped (last.pt kept)."""
+def test_pause_stop_and_kill_trials_then_resume_finishes_them(runs_dir, data_dir, tmp_path):
+    """The Train page's buttons on trials, and a trial whose process dies: t00 paused while the sweep goes on, t01
+    stopped (last.pt kept), t02 (in the slot t01 freed) killed: it ends interrupted, the sweep finishes, and
+    `sweep --resume` trains both on to their end."""
+    import psutil
+
     log = tmp_path / "sweep.log"
     # 12 epochs: on an idle machine t00 trained 4 epochs before the pause sent after its first step arrived
     proc = start_sweep([*TINY, "--set", "epochs=12", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
@@ -344,6 +321,9 @@ def test_pause_resume_and_stop_a_trial_like_any_run(runs_dir, data_dir, tmp_path
         t02 = poll(lambda: next((Run(p) for p in runs_dir.glob("*-t02") if Run(p).status().get("step")), None),
                    600, "t02 to take the freed slot and train", 0.5, proc=proc, log=log)
         assert runs["t00"].status()["step"] == paused["step"]  # paused while t02 trains
+        psutil.Process(t02.status()["pid"]).kill()
+        poll(lambda: t02.status()["state"] == State.INTERRUPTED, 600, "the killed t02 recorded interrupted", 0.5,
+             proc=proc, log=log)
         runs["t00"].send_command("resume")
         code, out = finish(proc, log)
     finally:
@@ -354,8 +334,18 @@ def test_pause_resume_and_stop_a_trial_like_any_run(runs_dir, data_dir, tmp_path
     assert "pause" in kinds and "resume" in kinds and runs["t00"].status()["state"] == "finished"
     stopped = runs["t01"].status()
     assert stopped["state"] == "stopped" and not stopped.get("stopped_by") and runs["t01"].last_ckpt.is_file()
-    assert t02.status()["state"] == "finished"
-    assert the_sweep(runs_dir).info()["state"] == "finished"
+    assert any(e["kind"] == "error" and "process" in e["message"] for e in t02.events())
+    sweep = the_sweep(runs_dir)
+    assert sweep.info()["state"] == "finished"
+    # --resume trains every trial that did not finish on to its end, from its last.pt when it has one: the killed
+    # one and the stopped one
+    code, out, watch = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
+    assert code == 0, out
+    for run in (t02, runs["t01"]):
+        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, 13))
+        assert not run.metrics()[["step", "split"]].duplicated().any()
+        assert any(e["kind"] == "resume" for e in run.events())
+    no_ray_left(watch)
 
 
 TUNE_ERROR = """Failure # 1 (occurred at 2026-12-01_20-36-48)
