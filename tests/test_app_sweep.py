@@ -1,33 +1,21 @@
-"""Sweep page, headless with Streamlit's AppTest: the form's inline checks, a finished sweep's view, Stop sweep.
+"""Sweep page, headless with Streamlit's AppTest: the form's inline checks, Stop and Continue sweep, a finished
+sweep's view.
 
-A real tiny sweep is run once from the CLI for this module; the page must show it as it would show a
-sweep started from a terminal. The Stop sweep test stops a real running sweep through the page.
+A real tiny sweep started from the CLI is stopped and continued through the page, which must then show it as it
+shows any sweep started from a terminal.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 
 import psutil
 import pytest
 from helpers import build_app, no_exception, tail, wait_for
 from streamlit.testing.v1 import AppTest
-from sweep_helpers import TINY, end_group, finish, run_sweep, start_sweep, trial_runs, val_rows, written_sweep
+from sweep_helpers import TINY, end_group, finish, start_sweep, trial_runs, val_rows, written_sweep
 
 from brnn_core.sweep.records import list_sweeps
-
-
-@pytest.fixture(scope="module")
-def cli_sweep(tmp_path_factory):
-    """A finished 2-trial fifo sweep, run once from the CLI (its runs folder is copied per test)."""
-    root = tmp_path_factory.mktemp("app-sweep")
-    runs, data = root / "runs", root / "data"
-    runs.mkdir()
-    code, out, _ = run_sweep([*TINY, "--set", "epochs=2", "--search", "lr=grid:0.01,0.003"], runs, data,
-                             root / "sweep.log")
-    assert code == 0, out
-    return runs
 
 
 def app(runs_dir, data_dir, monkeypatch) -> AppTest:
@@ -101,40 +89,9 @@ def test_bad_specs_and_plans_are_shown_inline(tmp_path, monkeypatch):
     assert not list((tmp_path / "runs").glob("sweeps/*"))  # checking creates nothing
 
 
-def test_a_cli_sweep_shows_up_with_its_trials_and_plots(cli_sweep, tmp_path, monkeypatch):
-    runs = shutil.copytree(cli_sweep, tmp_path / "runs", symlinks=True)
-    sweep = list_sweeps(runs)[0]
-    at = app(runs, tmp_path / "data", monkeypatch)
-    no_exception(at)
-    assert at.selectbox(key="sweep_pick").value == sweep.id
-    assert any("finished" in m.value and sweep.id in m.value for m in at.markdown)
-    best = sweep.info()["best"]
-    assert any(f"val_loss {best['value']:.4f}" in m.value for m in at.markdown)
-    table = at.dataframe[0].value
-    assert list(table["trial"]) == ["t00", "t01"] and list(table["state"]) == ["finished", "finished"]
-    assert list(table["lr"]) == [0.01, 0.003]
-    losses = {t: float(val_rows(r)["loss"].min()) for t, r in trial_runs(sweep).items()}
-    assert list(table["best val_loss"]) == pytest.approx([losses["t00"], losses["t01"]])
-    specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
-             for c in at.get("plotly_chart")}
-    par = next(v for k, v in specs.items() if k.startswith("Searched fields"))["data"][0]
-    assert par["type"] == "parcoords" and len(par["dimensions"]) == 2
-    assert par["dimensions"][1]["values"] == pytest.approx([losses["t00"], losses["t01"]])
-    curves = next(v for k, v in specs.items() if k.startswith("val_loss of every trial"))["data"]
-    assert [c["name"] for c in curves] == ["t00", "t01"]
-    buttons = {b.label: b.disabled for b in at.button}
-    assert buttons["Stop sweep"] and not buttons["Open best in Predict"]
-    # Open best in Predict: the Predict page then has the best trial's best.pt selected
-    next(b for b in at.button if b.label == "Open best in Predict").click().run()
-    no_exception(at)
-    if at.title[0].value != "Draw a digit":  # AppTest may not follow st.switch_page; a browser does
-        assert at.session_state["predict_checkpoint"] == str(runs / best["run_id"] / "checkpoints" / "best.pt")
-        at.switch_page("pages/predict.py").run()
-    assert at.title[0].value == "Draw a digit"
-    assert at.selectbox(key="ckpt_choice").value == str(runs / best["run_id"] / "checkpoints" / "best.pt")
-
-
-def test_stop_sweep_stops_a_running_sweep(tmp_path, monkeypatch):
+def test_a_cli_sweep_stopped_and_continued_on_the_page_then_shown_like_any_sweep(tmp_path, monkeypatch):
+    """A sweep started from a terminal, on the page: Stop sweep stops it (last.pt kept), Continue sweep trains its
+    trials on to their end in the background, and then the page shows it as any finished sweep."""
     runs, data, log = tmp_path / "runs", tmp_path / "data", tmp_path / "sweep.log"
     proc = start_sweep([*TINY, "--set", "epochs=8", "--search", "lr=grid:0.01,0.003"], runs, data, log)
     try:
@@ -167,6 +124,35 @@ def test_stop_sweep_stops_a_running_sweep(tmp_path, monkeypatch):
     psutil.Process(sweep.info()["pid"]).wait(timeout=120)  # the continuing driver ends with its sweep
     for run in sweep.trial_runs():
         assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, 9))
+    # the finished sweep as a page opened now shows it: its trials, the plots, its best in Predict
+    at = app(runs, data, monkeypatch)
+    no_exception(at)
+    assert at.selectbox(key="sweep_pick").value == sweep.id
+    assert any("finished" in m.value and sweep.id in m.value for m in at.markdown)
+    best = sweep.info()["best"]
+    assert any(f"val_loss {best['value']:.4f}" in m.value for m in at.markdown)
+    table = at.dataframe[0].value
+    assert list(table["trial"]) == ["t00", "t01"] and list(table["state"]) == ["finished", "finished"]
+    assert list(table["lr"]) == [0.01, 0.003]
+    losses = {t: float(val_rows(r)["loss"].min()) for t, r in trial_runs(sweep).items()}
+    assert list(table["best val_loss"]) == pytest.approx([losses["t00"], losses["t01"]])
+    specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+             for c in at.get("plotly_chart")}
+    par = next(v for k, v in specs.items() if k.startswith("Searched fields"))["data"][0]
+    assert par["type"] == "parcoords" and len(par["dimensions"]) == 2
+    assert par["dimensions"][1]["values"] == pytest.approx([losses["t00"], losses["t01"]])
+    curves = next(v for k, v in specs.items() if k.startswith("val_loss of every trial"))["data"]
+    assert [c["name"] for c in curves] == ["t00", "t01"]
+    buttons = {b.label: b.disabled for b in at.button}
+    assert buttons["Stop sweep"] and not buttons["Open best in Predict"]
+    # Open best in Predict: the Predict page then has the best trial's best.pt selected
+    next(b for b in at.button if b.label == "Open best in Predict").click().run()
+    no_exception(at)
+    if at.title[0].value != "Draw a digit":  # AppTest may not follow st.switch_page; a browser does
+        assert at.session_state["predict_checkpoint"] == str(runs / best["run_id"] / "checkpoints" / "best.pt")
+        at.switch_page("pages/predict.py").run()
+    assert at.title[0].value == "Draw a digit"
+    assert at.selectbox(key="ckpt_choice").value == str(runs / best["run_id"] / "checkpoints" / "best.pt")
 
 
 def test_train_with_these_settings_fills_the_train_page(dirs):
