@@ -56,6 +56,9 @@ def test_queued_runs_train_in_order_a_killed_worker_frees_the_device_and_a_cance
         with worker_environ(monkeypatch):
             first = registry.start(runs_dir, tiny_config(dataset="mnist"), data_dir=idx_data)  # never ends alone
             wait_for_state(first, "running", 180)
+            # paused, it holds the device as a training run does, without spending the CPU the others start with
+            first.send_command("pause")
+            wait_for_state(first, "paused", 180)
             later = [registry.start(runs_dir, tiny_config(dataset="mnist", epochs=1, seed=seed), data_dir=idx_data)
                      for seed in (1, 2, 3)]
             wanted = [f"queued: 1st in line, behind run {first.id} on cpu",
@@ -63,7 +66,7 @@ def test_queued_runs_train_in_order_a_killed_worker_frees_the_device_and_a_cance
                       f"queued: 3rd in line, behind run {later[1].id} on cpu"]
             wait_for(lambda: [message(r) for r in later] == wanted, 180,
                      f"the three runs to wait in line (they say {[message(r) for r in later]})")
-            assert first.status()["state"] == "running" and first.status()["slot"] == "cpu"
+            assert first.status()["state"] == "paused" and first.status()["slot"] == "cpu"
 
             # a new registry (a restarted dashboard) finds the same queue on disk, in the same order
             JobRegistry()
