@@ -120,13 +120,29 @@ def only_sweep(runs: Path) -> dict:
     return json.loads((folder / "sweep.json").read_text())
 
 
-@needs_namespaces
-def test_a_second_node_that_shares_the_runs_folder_trains_every_trial(cluster):
-    out, runs, data = cluster
+@pytest.fixture(scope="module")
+def runs_folder_sweeps(tmp_path_factory):
+    """Both runs-folder checks in one namespace, to start one head: the "shared" sweep runs with the shared node
+    as the only one with CPUs; only after it ended does a node join that cannot see a second runs folder, and the
+    "private" sweep over that folder must refuse the cluster. Both sweeps use the same data folder."""
+    out = tmp_path_factory.mktemp("runs-folder")
+    shared, private, data = out / "runs", out / "private-runs", out / "data"
+    shared.mkdir()
+    private.mkdir()
+    write_sample_as_idx(data)  # not needed by mnist-sample, but a data folder the nodes must see
     port = free_port()
+    args = ["--search", "lr=grid:0.01,0.003", "--address", f"127.0.0.1:{port}"]
     script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out) + node(port, out)
-              + driver("shared", runs, data, out, ["--search", "lr=grid:0.01,0.003", "--address", f"127.0.0.1:{port}"]))
+              + driver("shared", shared, data, out, args)
+              + node(port, out, wrap=PRIVATE_RUNS.format(runs=private), log="private-node")
+              + driver("private", private, data, out, args))
     run_in_namespace(script, out)
+    return out, shared, private, data
+
+
+@needs_namespaces
+def test_a_second_node_that_shares_the_runs_folder_trains_every_trial(runs_folder_sweeps):
+    out, runs, _, _ = runs_folder_sweeps
     code, log, left = result(out, "shared")
     assert code == 0, log[-3000:]
     assert "cluster check: 1 node " in log and left == ""
@@ -138,14 +154,8 @@ def test_a_second_node_that_shares_the_runs_folder_trains_every_trial(cluster):
 
 
 @needs_namespaces
-def test_a_node_that_does_not_see_the_runs_folder_stops_the_sweep_before_any_trial(cluster):
-    out, runs, data = cluster
-    port = free_port()
-    wrap = PRIVATE_RUNS.format(runs=runs)
-    script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out) + node(port, out, wrap=wrap)
-              + driver("private", runs, data, out, ["--search", "lr=grid:0.01,0.003", "--address",
-                                                    f"127.0.0.1:{port}"]))
-    run_in_namespace(script, out)
+def test_a_node_that_does_not_see_the_runs_folder_stops_the_sweep_before_any_trial(runs_folder_sweeps):
+    out, _, runs, data = runs_folder_sweeps
     code, log, left = result(out, "private")
     assert code == 2, log[-3000:]
     assert f"does not see the runs folder {runs}" in log and "NFS" in log and "drop --address" in log, log[-3000:]
@@ -201,11 +211,13 @@ def test_a_node_that_joins_after_the_check_and_cannot_see_the_runs_folder_fails_
 
 @needs_namespaces
 def test_a_head_registered_under_a_network_address_is_joined_every_way(cluster):
-    """`ray start --head` as on a real machine (registered as 10.99.0.1): 127.0.0.1, its address, auto, RAY_ADDRESS."""
+    """`ray start --head` as on a real machine (registered as 10.99.0.1): by its address, auto and RAY_ADDRESS.
+    The env way is the one through 127.0.0.1: `--address 127.0.0.1:port` resolves to the same address, so it is
+    not run on its own."""
     out, runs, data = cluster
     port = free_port()
-    ways = {"loopback": (["--address", f"127.0.0.1:{port}"], ""), "network": (["--address", f"10.99.0.1:{port}"], ""),
-            "auto": (["--address", "auto"], ""), "env": ([], f"RAY_ADDRESS=127.0.0.1:{port}")}
+    ways = {"network": (["--address", f"10.99.0.1:{port}"], ""), "auto": (["--address", "auto"], ""),
+            "env": ([], f"RAY_ADDRESS=127.0.0.1:{port}")}
     script = HEAD.format(ray=RAY, port=port, cpus=2, out=out) + "".join(
         driver(name, runs / name, data, out, ["--search", "lr=grid:0.01", *args], env)
         for name, (args, env) in ways.items())
