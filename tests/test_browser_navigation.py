@@ -84,8 +84,8 @@ def test_nothing_a_page_loads_comes_from_outside_the_machine(tmp_path, chromium,
     icon included: a Material page icon would be fetched from a font CDN)."""
     from urllib.parse import urlparse
 
+    from browser_helpers import draw_stroke
     from helpers import copy_run
-    from test_browser import draw_stroke
 
     copy_run(finished, tmp_path / "runs")
     server = start_server(tmp_path / "runs", tmp_path / "data", tmp_path / "server.log")

@@ -1,8 +1,10 @@
 """A newcomer's path in a real browser at 1400 px, on one fresh server: train with the defaults, change the
-lr live (a bad value is caught first), pause and resume, draw and save drawings, Teach it until before -> after
-shows, the Runs page, a small sweep (a bad spec refused inline, the table and plots filling live, a reload
-keeping the view), Train with these settings, Open best in Predict; and every page opened first in a new
-browser session. On each page no label may be cut off (an ellipsis, or text clipped by its box).
+lr live (a bad value is caught first), pause and resume; draw a 7 and see it read (the prediction, how the
+two-way LSTM reads it), save drawings, Teach it until before -> after shows; the Runs page; a small sweep (a bad
+spec refused inline, the table and plots filling live, a reload keeping the view), Train with these settings,
+Open best in Predict; every page opened first in a new browser session; and a second person's run with the live
+controls (charts growing, gradient flow, lr, pause, resume, Stop, reload). On each page no label may be cut off
+(an ellipsis, or text clipped by its box).
 
 Skipped without Chromium unless BRNN_REQUIRE_BROWSER=1. With BRNN_UPDATE_SCREENSHOTS=1 the shots named in the
 README are copied to docs/screenshots/.
@@ -12,11 +14,21 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
-from browser_server import browser_page, require_browser, screenshot, start_server, stop_server
-from helpers import REPO, kill_workers
-from test_browser import draw_stroke as draw
-from test_browser import draw_until
+from browser_helpers import (
+    PLOT_JS,
+    TOP_CLASS_JS,
+    draw_until,
+    metric_value,
+    plot_info,
+    wait_chart_points_above,
+    wait_step_above,
+)
+from browser_helpers import draw_stroke as draw
+from browser_server import VIEWPORT, browser_page, require_browser, screenshot, start_server, stop_server
+from helpers import REPO, kill_workers, wait_for_state
+from PIL import Image
 
 from brnn_core.runs.rundir import Run, list_runs
 from brnn_core.sweep.records import list_sweeps
@@ -169,8 +181,30 @@ def test_train_with_the_defaults_live_lr_pause_and_resume(server, page):
     no_cut_labels(page, "Train, finished")
 
 
+def reads_the_drawn_seven(page) -> None:
+    """The look at how the two-way LSTM reads the drawn 7: the row-by-row heatmap, the attribution overlay, what
+    each direction drew on, in plain words."""
+    from brnn_core.charts import ATTRIBUTION_TITLE, READING_TITLE
+
+    expect(page.get_by_text("How the two-way LSTM (BiLSTM) reads your digit").first).to_be_visible()
+    page.wait_for_function(f"() => ({PLOT_JS})({READING_TITLE!r}) && ({PLOT_JS})({ATTRIBUTION_TITLE!r})", timeout=T)
+    reading = plot_info(page, READING_TITLE)
+    # The 28x28 image and, beside it, 28 rows (one per image row) x 10 classes.
+    assert reading == {"traces": ["heatmap", "heatmap"], "rows": [28, 28], "cols": [28, 10]}, reading
+    overlay = plot_info(page, ATTRIBUTION_TITLE)
+    assert overlay == {"traces": ["heatmap", "heatmap"], "rows": [28, 28], "cols": [28, 28]}, overlay
+    expect(page.get_by_text(f"{ATTRIBUTION_TITLE}: 7").first).to_be_visible()
+    page.wait_for_function(f"() => ({PLOT_JS})('What each direction drew on: 7')", timeout=T)
+    readers = page.evaluate(f"""() => ({PLOT_JS})('What each direction drew on: 7')._fullData.map(
+        d => [d.type, d.name, d.y.length])""")
+    assert readers == [["bar", "forward reader", 28], ["bar", "backward reader", 28]], readers
+    expect(page.get_by_text(re.compile("arXiv:1910.12370")).first).to_be_visible()  # the recency bias, in words
+    expect(page.get_by_text(re.compile("one row of pixels at a time")).first).to_be_visible()  # plain words
+    expect(page.get_by_text(re.compile("cuDNN"))).to_have_count(0)  # no GPU sentence on a CPU machine
+
+
 def test_draw_save_and_teach_it_until_before_after_shows(server, page):
-    srv, runs, _ = server
+    srv, runs, data = server
     page.goto(f"{srv.url}/predict")
     expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.").first).to_be_visible()
     no_cut_labels(page, "Predict, empty")
@@ -179,12 +213,30 @@ def test_draw_save_and_teach_it_until_before_after_shows(server, page):
     for stroke in SEVEN:
         draw(page, stroke)
     expect(page.locator("[data-testid=stMetric]").filter(has_text="Prediction")).to_be_visible()
+    # the page reruns with the whole drawing; the metric, the caption and the chart are redrawn one after the
+    # other: wait until all three describe the finished 7
+    page.wait_for_function(f"() => ({TOP_CLASS_JS})() === '7'", timeout=T)
+    expect(metric_value(page, "Prediction")).to_have_text("7")
+    chart_top = page.evaluate(f"() => Math.max(...Array.from(({PLOT_JS})('Class probabilities')._fullData[0].y))")
+    caption = page.locator("[data-testid=stCaptionContainer]").filter(has_text="% probability").first
+    expect(caption).to_have_text(re.compile(r"^\d+\.\d% probability$"))
+    assert abs(float(caption.inner_text().split("%")[0]) - chart_top) <= 0.051, (caption.inner_text(), chart_top)
+    expect(page.get_by_text("What the model sees (28×28)").first).to_be_visible()
+    reads_the_drawn_seven(page)
     page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"
                            ".every(img => img.complete)", timeout=T)
     no_cut_labels(page, "Predict, a drawn 7")
     screenshot(page, "predict", SHOTS)
+    expect(page.get_by_text("No saved drawings yet").first).to_be_visible()
     page.get_by_role("button", name="7", exact=True).click()
     expect(page.get_by_text(re.compile(r"^Saved as 7")).first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^1 saved drawing for these classes \(0 held out")).first).to_be_visible()
+    expect(page.get_by_role("button", name="Delete")).to_have_count(1)
+    expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.").first).to_be_visible()
+    (meta,) = (data / "my-drawings").glob("*.json")
+    assert '"label": 7' in meta.read_text()
+    seen = np.asarray(Image.open(meta.with_name(meta.name.replace(".json", ".input.png"))))
+    assert seen.shape == (28, 28) and seen.max() > 200 and (seen > 50).sum() > 40  # the 7's strokes, as the model saw
     draw(page, ONE[0])  # the next stroke: the note was about the drawing saved before
     expect(page.get_by_text(re.compile(r"^Saved as 7"))).to_have_count(0)
     page.get_by_role("button", name="1", exact=True).click()
@@ -244,6 +296,11 @@ def test_runs_page_follows_and_fits(server, page):
     expect(page.get_by_text("Inspect one run")).to_be_visible()
     expect(page.get_by_text("Confusion matrix (test set)").first).to_be_visible()
     expect(page.get_by_text(re.compile(r"most confident mistakes first\)")).first).to_be_visible()
+    expect(metric_value(page, "Test accuracy")).to_have_text(re.compile(r"^\d+\.\d\d%$"))
+    # The most confident mistakes, as images captioned "true 7 → 9 (88%)", once the test set is loaded.
+    expect(page.get_by_text("Misclassified test images")).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^true \S+ → \S+ \(\d+%\)$")).first).to_be_visible()
+    expect(page.get_by_text("Loading test images")).to_have_count(0)
     no_exception(page, "Runs")
     no_cut_labels(page, "Runs")
     screenshot(page, "runs", SHOTS)
@@ -322,3 +379,81 @@ def test_each_page_first_in_a_new_browser_session(server, page, path):
         no_cut_labels(pg, path)
     finally:
         context.close()
+
+
+def test_train_with_live_controls(server, page):
+    """A second person (a fresh session: the form at its defaults) trains the default network for 20 epochs with the
+    live controls: the charts grow, the gradient flow through time is drawn, the lr changes live, pause, resume,
+    and Stop keeps a checkpoint; a reload (the URL carries ?run=ID) shows the same run, stopped."""
+    srv, runs, _ = server
+    before = {r.id for r in list_runs(runs)}
+    context = page.context.browser.new_context(viewport=VIEWPORT)
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(T)
+        pg.goto(srv.url)
+        live_controls(pg, runs, before)
+    finally:
+        context.close()
+
+
+def live_controls(page, runs, before: set[str]) -> None:
+    lr_field = "Learning rate"
+    epochs = page.get_by_role("spinbutton", name="Epochs")
+    expect(epochs).to_be_enabled()
+    expect(page.get_by_role("spinbutton", name="Hidden size")).to_have_value("128")
+    # 20 epochs (820 steps): even on an idle machine the run outlives the live-control steps below, which
+    # pause and stop it long before the end.
+    enter(epochs, "20")
+    page.get_by_role("button", name="Start training").click()
+
+    # The worker starts, loads the data and logs: the progress text and the metrics fill in.
+    expect(page.get_by_text(re.compile(r"Started run \S+|Queued \S+")).first).to_be_visible()
+    first = wait_step_above(page, 0)
+    expect(metric_value(page, "train loss")).to_have_text(re.compile(r"^\d+\.\d{4}$"))
+    points = wait_chart_points_above(page, "Training loss (per step)", 0)
+    later = wait_step_above(page, first)
+    assert later > first
+    assert wait_chart_points_above(page, "Training loss (per step)", points) > points  # the chart grows
+    (run,) = [r for r in list_runs(runs) if r.id not in before]
+    assert run.config()["train"]["epochs"] == 20
+    expect(page.get_by_text(run.id).first).to_be_visible()
+    wait_chart_points_above(page, "Training loss (per step)", 3)  # a curve worth a screenshot
+    # The gradient flow through time: measured at step 0, drawn as a heatmap per direction of the picked layer (the
+    # session's pick, here from the one-layer sweep trial the page showed first)
+    page.wait_for_function(f"() => ({PLOT_JS})('Gradient flow through time · layer')", timeout=T)
+    flow = plot_info(page, "Gradient flow through time · layer")
+    assert flow["traces"] == ["heatmap", "heatmap"] and flow["cols"] == [28, 28] and min(flow["rows"]) >= 1, flow
+    screenshot(page, "train-running", SHOTS)
+
+    # Live learning rate: the one in the "Live controls" box (right of the form) changes this run; the form's
+    # own field (folded away while the run is active) stays enabled, for the next run (a Start now queues it).
+    expect(page.get_by_role("spinbutton", name=lr_field, include_hidden=True).first).to_be_enabled()
+    live_lr = page.get_by_role("spinbutton", name=lr_field).last
+    expect(live_lr).to_be_enabled()
+    enter(live_lr, "0.001")
+    page.get_by_role("button", name="Apply").click()
+    # The worker's event says "lr 0.01 -> 0.001 at step N"; Streamlit's Markdown draws "->" as an arrow.
+    expect(page.get_by_text(re.compile(r"applied, lr 0\.01 (->|→) 0\.001 at step \d+")).first).to_be_visible()
+
+    page.get_by_role("button", name="Pause").click()
+    expect(page.get_by_text(re.compile(r"paused at step \d+")).first).to_be_visible()
+    wait_for_state(run, "paused")
+    expect(page.get_by_role("button", name="Resume")).to_be_enabled()
+    screenshot(page, "train-paused", SHOTS)
+
+    page.get_by_role("button", name="Resume").click()
+    expect(page.get_by_text(re.compile(r"resumed at step \d+")).first).to_be_visible()
+
+    page.get_by_role("button", name="Stop").click()
+    expect(page.get_by_text(re.compile(r"checkpoint saved")).first).to_be_visible()
+    status = wait_for_state(run, "stopped")
+    assert status["live"]["lr"] == pytest.approx(0.001)
+    screenshot(page, "train-stopped", SHOTS)
+
+    # A reload (the URL carries ?run=<id>) shows the same run, stopped.
+    page.reload()
+    expect(page.get_by_text(run.id).first).to_be_visible()
+    expect(page.locator("[data-testid=stMarkdown]").filter(has_text=run.id).filter(has_text="stopped").first) \
+        .to_be_visible()
+    expect(page.get_by_role("button", name="Start training")).to_be_enabled()
