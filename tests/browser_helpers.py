@@ -86,6 +86,7 @@ def draw_until(prediction, page, strokes: list[list[tuple[float, float]]]) -> No
                 raise
 
 
+# the class of the highest bar in the "Class probabilities" chart, or null
 TOP_CLASS_JS = """() => {
     const plot = [...document.querySelectorAll('.js-plotly-plot')].find(p => p._fullLayout && p._fullData
         && p._fullData.length && String(p._fullLayout.title.text).includes('Class probabilities'));
@@ -93,11 +94,6 @@ TOP_CLASS_JS = """() => {
     const d = plot._fullData[0], ys = Array.from(d.y);
     return String(d.x[ys.indexOf(Math.max(...ys))]);
 }"""
-
-
-def top_class_in_chart(page) -> str | None:
-    """The class of the highest bar in the 'Class probabilities' chart."""
-    return page.evaluate(TOP_CLASS_JS)
 
 
 PLOT_JS = """(title) => [...document.querySelectorAll('.js-plotly-plot')].find(p => p._fullLayout && p._fullData
