@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,9 @@ PRELUDE = """
 set -u
 cd {repo}
 export RAY_TMPDIR={raytmp} RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 BRNN_PROGRESS=plain
+# each raylet would start Python workers ahead for every driver that connects, beside the ones Tune starts for its
+# trials; the sweeps here never use them (the embedded Ray of brnn_core.sweep.runner turns them off the same way)
+export RAY_prestart_worker_first_driver=0
 unset RAY_ADDRESS
 export RAY_AUTH_MODE=token  # `ray start --head` turns token auth on: every node and client sends the token
 [ -f ~/.ray/auth_token ] || {ray} get-auth-token --generate > /dev/null
@@ -83,14 +87,17 @@ ps -eo pid,args | grep "brnn_core sweep" | grep -v grep > {out}/{name}.left || t
 
 
 def run_in_namespace(script: str, out: Path, *, veth: bool = False, timeout: float = 1200) -> None:
-    """Run `script` in fresh network + PID namespaces; Ray's temp folder is a short one beside `out`."""
+    """Run `script` in fresh network + PID namespaces, with a short Ray temp folder of its own (removed after)."""
     raytmp = tempfile.mkdtemp(prefix="brnnc-")  # socket paths must stay under ~107 bytes
     setup = ("ip link add v0 type veth peer name v1\nip addr add 10.99.0.1/24 dev v0\nip link set v0 up\n"
              "ip link set v1 up\nip route add default dev v0\n") if veth else ""
     path = out / "cluster.sh"
     path.write_text(PRELUDE.format(repo=REPO, raytmp=raytmp, ray=RAY) + setup + script)
-    done = subprocess.run(["unshare", "--net", "--pid", "--mount-proc", "--fork", "bash", str(path)],
-                          capture_output=True, timeout=timeout)
+    try:
+        done = subprocess.run(["unshare", "--net", "--pid", "--mount-proc", "--fork", "bash", str(path)],
+                              capture_output=True, timeout=timeout)
+    finally:
+        shutil.rmtree(raytmp, ignore_errors=True)  # every Ray process of the namespace ended with it
     (out / "script.out").write_bytes(done.stdout + done.stderr)
 
 
