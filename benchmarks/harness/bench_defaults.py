@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness.bench_worker import worker_window
-from benchmarks.harness.child import CHECKOUT, Child
+from benchmarks.harness.child import CHECKOUT, start_side
 from benchmarks.harness.context import Context
 from benchmarks.harness.rows import Row, alternate, ratio_row, throughput_row
 from brnn_core.config import TrainConfig
@@ -74,7 +74,8 @@ def bench_defaults(ctx: Context) -> list[Row]:
     steps = -(-(n_images - round(n_images * cfg.val_fraction)) // cfg.batch_size)  # an epoch, as the CLI trains
     hidden = ctx.sizes.default_hidden
     sets = (f"hidden_size={hidden}",) if hidden else ()
-    blog = Child("blog", ctx.device, tuned=False, spec={"dataset": dataset, "hidden_size": hidden})
+    local = "defaults" in ctx.sizes.local_sides
+    blog = start_side("blog", ctx.device, tuned=False, spec={"dataset": dataset, "hidden_size": hidden}, local=local)
     auto, off = [], []
     try:
         blog.call("train", steps=5)  # warm-up
@@ -89,7 +90,8 @@ def bench_defaults(ctx: Context) -> list[Row]:
     return [throughput_row("defaults", "CLI, default settings", res["cli"],
                            f"{cli}; amp={cfg.amp}, trained in {'/'.join(sorted(set(auto)))}"),
             throughput_row("defaults", "CLI, amp=off", res["cli amp=off"], f"{cli}; fp32, the blog's precision"),
-            throughput_row("defaults", "blog loop, plain process", res["blog"], f"{what}; torch's own threads"),
+            throughput_row("defaults", "blog loop, plain process", res["blog"],
+                           f"{what}; torch's own threads" + ("; in the suite's process (--quick)" if local else "")),
             ratio_row("defaults", "CLI defaults / blog loop", res["cli"], res["blog"], target=1.5,
                       note="alternated, back to back (docs/decisions/022-amp-auto-default.md)"),
             ratio_row("defaults", "CLI amp=off / blog loop", res["cli amp=off"], res["blog"],

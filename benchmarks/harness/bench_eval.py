@@ -18,7 +18,8 @@ def bench_eval(ctx: Context) -> list[Row]:
     low = next((m for m in ctx.amp_modes() if m != "off"), None)
     if low:
         specs[f"engine.evaluate, amp {low}"] = ("engine-eval", ctx.device, ctx.tuned, {**spec, "amp": low})
-    with children(specs) as sides:
+    local = "eval" in s.local_sides
+    with children(specs, local=local) as sides:
         for side in sides.values():
             side.call("eval", warmup=True)
         res = alternate({k: (lambda side=side: side.call("eval")["seconds"]) for k, side in sides.items()},
@@ -33,7 +34,8 @@ def bench_eval(ctx: Context) -> list[Row]:
                  f"{what}, eval batch {TrainConfig().eval_batch_size} (the default)"),
         throughput_row("eval", "engine.evaluate", eng_sps, "probabilities and predictions kept, as the worker does"),
         stat_row("eval", "blog eval loop", "time", bl, "s", f"{what}, DataLoader batch 100, loss.item() per batch"),
-        throughput_row("eval", "blog eval loop", blog_sps, "a plain Python process"),
+        throughput_row("eval", "blog eval loop", blog_sps,
+                       "in the suite's process (--quick)" if local else "a plain Python process"),
         ratio_row("eval", "engine / blog", eng_sps, blog_sps, target=2.0, note="alternated, fp32 both"),
     ]
     if low:

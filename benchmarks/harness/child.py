@@ -1,6 +1,7 @@
 """Each side of a comparison in a fresh Python process of its own (`Child`), and that process's end (`serve`).
 
-The child is `python -m benchmarks --serve KIND`: an internal option of the suite's CLI.
+The child is `python -m benchmarks --serve KIND`: an internal option of the suite's CLI. `--quick` serves some
+sides in the suite's own process instead (`LocalSide`), through the same `make_side` and `answer`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,28 @@ except ImportError:  # Windows
 CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout: the child imports benchmarks and brnn_core from there
 
 
-class Child:
+class Side:
+    """A benchmark side driven by requests (`call`): a `Child` in a fresh process, or a `LocalSide` in this one."""
+
+    kind: str
+    faults: list[float]  # page faults per step of each timed training request
+
+    def call(self, op: str, **args) -> dict:
+        raise NotImplementedError
+
+    def samples_per_s(self, steps: int) -> float:
+        reply = self.call("train", steps=steps)
+        self.faults.append(reply.get("faults_per_step", 0.0))
+        return reply["samples"] / reply["seconds"]
+
+    def ready(self) -> Side:
+        return self
+
+    def close(self) -> None:
+        pass
+
+
+class Child(Side):
     """One benchmark side in its own fresh Python process, driven one request at a time over a pipe.
 
     Each side gets a fresh process as a real run does (the blog script a plain one, the engine glibc's allocator
@@ -47,7 +69,7 @@ class Child:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      cwd=CHECKOUT)
         self.info: dict | None = None
-        self.faults: list[float] = []  # page faults per step of each timed training request
+        self.faults: list[float] = []
 
     def ready(self) -> Child:
         if self.info is None:
@@ -69,11 +91,6 @@ class Child:
         self.proc.stdin.flush()
         return self._read()
 
-    def samples_per_s(self, steps: int) -> float:
-        reply = self.call("train", steps=steps)
-        self.faults.append(reply.get("faults_per_step", 0.0))
-        return reply["samples"] / reply["seconds"]
-
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.proc.stdin.close()
@@ -84,13 +101,37 @@ class Child:
             self.proc.wait()
 
 
+class LocalSide(Side):
+    """A side served in this process by the child's own `make_side` and `answer`, with no process to start: what
+    `--quick` uses where a fresh process would cost more than the measurement (its numbers mean nothing anyway).
+    It runs with this process's allocator and threads."""
+
+    def __init__(self, kind: str, device: torch.device, spec: dict | None = None):
+        self.kind = kind
+        self.side = make_side(kind, device, spec or {})
+        self.faults: list[float] = []
+
+    def call(self, op: str, **args) -> dict:
+        reply = answer(self.kind, self.side, {"op": op, **args})
+        if "error" in reply:
+            raise RuntimeError(f"benchmark side {self.kind}: {reply['error']}")
+        return reply
+
+
+def start_side(kind: str, device: torch.device, *, tuned: bool, spec: dict | None = None,
+               local: bool = False) -> Side:
+    """A Child (a fresh process, ready or not), or with `local` a LocalSide in this process."""
+    return LocalSide(kind, device, spec) if local else Child(kind, device, tuned=tuned, spec=spec)
+
+
 @contextlib.contextmanager
-def children(specs: dict[str, tuple]) -> Iterator[dict[str, Child]]:
-    """Start every child at once (they load in parallel), wait until all are ready, close them at the end."""
-    started: dict[str, Child] = {}
+def children(specs: dict[str, tuple], *, local: bool = False) -> Iterator[dict[str, Side]]:
+    """Start every child at once (they load in parallel), wait until all are ready, close them at the end; with
+    `local`, every side is a LocalSide in this process instead."""
+    started: dict[str, Side] = {}
     try:
         for name, (kind, device, tuned, spec) in specs.items():
-            started[name] = Child(kind, device, tuned=tuned, spec=spec)
+            started[name] = start_side(kind, device, tuned=tuned, spec=spec, local=local)
         for child in started.values():
             child.ready()
         yield started

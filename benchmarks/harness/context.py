@@ -40,15 +40,22 @@ class Sizes:
     quick_data: bool = False  # the defaults row on mnist-sample instead of fashion-mnist
     default_reps: int = 3  # alternated CLI-run / blog-epoch pairs (defaults rows)
     default_hidden: int | None = None  # None: the default network; --quick trains a narrower one on both sides
+    train_variants: bool = True  # the train bench's host-sync and default-allocator sides (a fresh process each)
+    local_sides: tuple[str, ...] = ()  # benches whose sides run in this process (child.LocalSide), not fresh ones
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(train_steps=4, warmup_steps=2, reps=2, eval_reps=1, eval_dataset="mnist-sample", worker_reps=1,
+        """A smoke run: every benchmark's rows, each measured as briefly as it allows, from fewer processes."""
+        return cls(train_steps=2, warmup_steps=1, reps=2, eval_reps=1, eval_dataset="mnist-sample", worker_reps=1,
                    quick_data=True, default_reps=1, default_hidden=32,
                    worker_overrides={"val_fraction": 0.5, "log_interval": 5, "hidden_size": 32}, worker_warmup=False,
                    predict_calls=30,
-                   scaling_batches=(32, 256), scaling_hidden=(64, 128), scaling_eval_batches=(100, 500),
-                   scaling_eval_images=500, scaling_seconds=0.2, scaling_sweeps=1, breakdown_steps=3)
+                   scaling_batches=(32, 64), scaling_hidden=(64, 128), scaling_eval_batches=(100, 500),
+                   scaling_eval_images=500, scaling_seconds=0.2, scaling_sweeps=1, breakdown_steps=3,
+                   # each fresh process costs seconds of imports before any work: the train bench leaves out its
+                   # host-sync and default-allocator sides, and the eval and defaults sides run in this process
+                   # (the train and worker benches still start theirs, so the child path stays exercised)
+                   train_variants=False, local_sides=("eval", "defaults"))
 
 
 def sync(device: torch.device) -> None:
