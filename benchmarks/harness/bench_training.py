@@ -35,20 +35,18 @@ def bench_train(ctx: Context) -> list[Row]:
         ratio_row("train", "engine / blog", res["brnn_core engine"], res["blog loop"], target=1.1,
                   note="same data, hyperparameters and device; alternated"),
     ]
-    if "engine, host sync every step" in res:
-        rows += [
-            throughput_row("train", "engine, host sync every step", res["engine, host sync every step"],
-                           "log_interval=1: loss read back after every step"),
-            ratio_row("train", "engine / engine with sync every step", res["brnn_core engine"],
-                      res["engine, host sync every step"], note="what avoiding the per-step sync gains"),
-        ]
-    if "engine, default allocator" in res:
-        rows += [
-            throughput_row("train", "engine, default allocator", res["engine, default allocator"],
-                           "the same engine with glibc's default malloc settings"),
-            ratio_row("train", "engine / engine with default allocator", res["brnn_core engine"],
-                      res["engine, default allocator"], note="what brnn_core.training.allocator gains"),
-        ]
+    variants = {  # side: (its note, the ratio's name, what the ratio shows)
+        "engine, host sync every step": (
+            "log_interval=1: loss read back after every step", "engine / engine with sync every step",
+            "what avoiding the per-step sync gains"),
+        "engine, default allocator": (
+            "the same engine with glibc's default malloc settings", "engine / engine with default allocator",
+            "what brnn_core.training.allocator gains"),
+    }
+    for name, (side_note, ratio, gain) in variants.items():
+        if name in res:  # measured: not under --quick, the allocator only when the engine's is tuned
+            rows += [throughput_row("train", name, res[name], side_note),
+                     ratio_row("train", ratio, res["brnn_core engine"], res[name], note=gain)]
     if any(any(v) for v in faults.values()):  # where the allocator gain comes from (and why it varies)
         for name in ("brnn_core engine", "engine, default allocator", "blog loop"):
             if name in faults:
