@@ -11,7 +11,7 @@ import time
 
 import pandas as pd
 import pytest
-from helpers import REPO, TINY, cli_env, run_cli
+from helpers import REPO, TINY, cli_env
 
 from brnn_core.runs.rundir import Run, list_runs
 
@@ -52,7 +52,7 @@ def _kill_after_its_test_row(args: list[str], runs_dir, data_dir, run: Run | Non
 
 @pytest.mark.worker
 @pytest.mark.slow
-def test_a_kill_while_reporting_then_resumes_leave_one_test_row(tmp_path):
+def test_a_kill_while_reporting_then_resumes_leave_one_test_row(tmp_path, brnn):
     runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
     settings = [a for k in ("dataset", "device", "hidden_size", "num_layers", "batch_size")
                 for a in ("--set", f"{k}={TINY[k]}")]
@@ -61,14 +61,16 @@ def test_a_kill_while_reporting_then_resumes_leave_one_test_row(tmp_path):
     for _ in range(2):  # each kill at the same moment of a resume
         _kill_after_its_test_row(["train", "--resume", run.id], runs_dir, data_dir, run)
         assert _test_rows(run) <= 1
-    done = run_cli(["train", "--resume", run.id], runs_dir, data_dir)
+    # the last resume and the export need no process of their own (what is killed above does): the same commands
+    # through cli.main in this process
+    done = brnn(["train", "--resume", run.id], runs_dir, data_dir)
     assert done.returncode == 0, done.stderr
     assert run.status()["state"] == "finished"
     metrics = run.metrics()
     test = metrics[metrics["split"] == "test"]
     assert len(test) == 1 and test["step"].iloc[0] == metrics["step"].max()
     assert abs(test["accuracy"].iloc[0] - run.status()["test_acc"]) < 1e-6
-    out = run_cli(["runs", "export", "--out", tmp_path / "all.csv"], runs_dir, data_dir)
+    out = brnn(["runs", "export", "--out", tmp_path / "all.csv"], runs_dir, data_dir)
     assert out.returncode == 0, out.stderr
     exported = pd.read_csv(tmp_path / "all.csv")
     assert (exported["split"] == "test").sum() == 1
