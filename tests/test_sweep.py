@@ -179,14 +179,14 @@ def test_tpe_sweep_picks_each_trial_from_the_results_so_far(runs_dir, data_dir, 
     no_ray_left(watch)
 
 
-# more than a trial trains in both budgeted parts: it is paused past epoch 1, then past where it stopped, and may
-# train an epoch or two before the pause reaches it; so each budget finds every trial part-way
-BUDGET_EPOCHS = 8
+# more than a trial trains in the three parts that pause it: past epoch 1, then twice past where it stopped, each
+# time with an epoch or two more before the pause reaches it; so every part finds every trial part-way
+BUDGET_EPOCHS = 12
 
 
 def pause_once_past(runs_dir: Path, proc, epochs: dict[str, int]) -> None:
     """Pause each trial as soon as it has trained past `epochs[its id]` (0 for one not listed), and return once both
-    trials (the one caller's grid has two) are paused or the sweep has ended.
+    trials (the one caller's grid has two) are sent the pause or the sweep has ended.
 
     A paused trial waits for the time budget without training: the budget then ends trials that are part-way
     however fast or busy the machine is (only Ray's start-up is spent before the first epoch)."""
@@ -214,7 +214,10 @@ def budget_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path, epo
             end_group(proc)
 
 
-def test_time_budget_stops_trials_with_last_pt_and_resume_finishes_them(runs_dir, data_dir, tmp_path):
+def test_time_budgets_and_a_killed_driver_leave_trials_part_way_and_resume_finishes_them(runs_dir, data_dir, tmp_path):
+    """One sweep through every way a sweep ends part-way: its time budget (stopped, last.pt kept), a budget of the
+    continued part's own, a driver killed (SIGKILL) while its trials wait (interrupted: Ray ends with it), and a last
+    `--resume` that restores Tune's experiment and trains every trial to its end."""
     # each trial is paused once it has trained an epoch: the budget then finds it part-way, paused, on any machine
     code, out = budget_sweep([*TINY, "--set", f"epochs={BUDGET_EPOCHS}", "--search", "lr=grid:0.01,0.003",
                               "--concurrency", "2", "--time-budget", "1"], runs_dir, data_dir, tmp_path / "sweep.log",
@@ -242,10 +245,32 @@ def test_time_budget_stops_trials_with_last_pt_and_resume_finishes_them(runs_dir
         assert status["state"] == "stopped" and run.last_ckpt.is_file(), status
         assert "0.5 min ran out" in status["message"] or len(val_rows(run)) == stopped_at[run.id], status
         assert len(val_rows(run)) < BUDGET_EPOCHS, status
+    stopped_at = {run.id: len(val_rows(run)) for run in sweep.trial_runs()}
+    # a plain --resume whose driver dies (SIGKILL) once both trials trained on and were paused: the sweep reads
+    # `interrupted`, and nothing of its embedded Ray is left (Ray's reaper)
+    log = tmp_path / "killed.log"
+    proc = start_sweep(["--resume", sweep.id], runs_dir, data_dir, log)
+    killed = Descendants.watching(proc.pid)
+    try:
+        pause_once_past(runs_dir, proc, stopped_at)
+        poll(lambda: all(r.status()["state"] == State.PAUSED for r in sweep.trial_runs()), 600, "both trials paused",
+             0.5, proc=proc, log=log)
+        assert sweep.info()["resume_budget_s"] is None  # a resume without a budget has none
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            end_group(proc)
+    killed.done.set()
+    no_ray_left(killed)
+    assert sweep.info()["state"] == "interrupted" and "--resume" in sweep.info()["message"]
+    poll(lambda: all(r.status()["state"] == "interrupted" for r in sweep.trial_runs()), 120,
+         "the trials to read as interrupted (their Ray workers end with the driver)")
     code, out, watch = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
     assert code == 0, out
-    assert sweep.info()["state"] == "finished" and sweep.info()["resume_budget_s"] is None
-    for run in sweep.trial_runs():  # the stopped trials trained on from their last.pt to the end
+    info = sweep.info()
+    assert info["state"] == "finished" and len(info["resumed"]) == 3 and info["resume_budget_s"] is None
+    for run in sweep.trial_runs():  # every trial trained on from its last.pt to the end
         assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == list(range(1, BUDGET_EPOCHS + 1))
         assert not run.metrics()[["step", "split"]].duplicated().any()
         kinds = [e["kind"] for e in run.events()]
@@ -270,32 +295,6 @@ def test_ctrl_c_stops_every_trial_with_last_pt(runs_dir, data_dir, tmp_path):
     for run in trials.values():
         status = run.status()
         assert status["state"] == "stopped" and run.last_ckpt.is_file() and not status.get("stopped_by"), status
-    no_ray_left(watch)
-
-
-def test_resume_an_interrupted_sweep(runs_dir, data_dir, tmp_path):
-    """The driver dies (SIGKILL): the sweep reads `interrupted`; --resume restores Tune's experiment and finishes."""
-    log = tmp_path / "sweep.log"
-    proc = start_sweep([*TINY, "--set", "epochs=3", "--search", "lr=grid:0.01,0.003", "--concurrency", "2"],
-                       runs_dir, data_dir, log)
-    first = Descendants.watching(proc.pid)
-    poll(lambda: epochs_done(runs_dir).count(0) == 0 and len(epochs_done(runs_dir)) == 2,
-         600, "both trials to end an epoch", 0.5, proc=proc, log=log)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    first.done.set()
-    no_ray_left(first)  # the killed driver's embedded Ray ends with it (Ray's reaper), nothing is orphaned
-    sweep = the_sweep(runs_dir)
-    assert sweep.info()["state"] == "interrupted" and "--resume" in sweep.info()["message"]
-    poll(lambda: all(r.status()["state"] in ("interrupted", "finished") for r in sweep.trial_runs()), 120,
-         "the trials to read as interrupted (their Ray workers end with the driver)")
-    code, out, watch = run_sweep(["--resume", sweep.id], runs_dir, data_dir, tmp_path / "resume.log")
-    assert code == 0, out
-    info = sweep.info()
-    assert info["state"] == "finished" and len(info["resumed"]) == 1
-    for run in sweep.trial_runs():
-        assert run.status()["state"] == "finished" and list(val_rows(run)["epoch"]) == [1, 2, 3]
-        assert not run.metrics()[["step", "split"]].duplicated().any()
     no_ray_left(watch)
 
 
