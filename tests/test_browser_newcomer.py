@@ -426,7 +426,14 @@ def live_controls(page, runs, before: set[str]) -> None:
     assert flow["traces"] == ["heatmap", "heatmap"] and flow["cols"] == [28, 28] and min(flow["rows"]) >= 1, flow
     screenshot(page, "train-running", SHOTS)
 
-    # Live learning rate: the one in the "Live controls" box (right of the form) changes this run; the form's
+    page.get_by_role("button", name="Pause").click()
+    expect(page.get_by_text(re.compile(r"paused at step \d+")).first).to_be_visible()
+    wait_for_state(run, "paused")
+    expect(page.get_by_role("button", name="Resume")).to_be_enabled()
+    screenshot(page, "train-paused", SHOTS)
+
+    # Live learning rate, applied while paused (a paused worker still reads its commands, and trains no steps the
+    # checks here do not need): the one in the "Live controls" box (right of the form) changes this run; the form's
     # own field (folded away while the run is active) stays enabled, for the next run (a Start now queues it).
     expect(page.get_by_role("spinbutton", name=lr_field, include_hidden=True).first).to_be_enabled()
     live_lr = page.get_by_role("spinbutton", name=lr_field).last
@@ -435,12 +442,6 @@ def live_controls(page, runs, before: set[str]) -> None:
     page.get_by_role("button", name="Apply").click()
     # The worker's event says "lr 0.01 -> 0.001 at step N"; Streamlit's Markdown draws "->" as an arrow.
     expect(page.get_by_text(re.compile(r"applied, lr 0\.01 (->|→) 0\.001 at step \d+")).first).to_be_visible()
-
-    page.get_by_role("button", name="Pause").click()
-    expect(page.get_by_text(re.compile(r"paused at step \d+")).first).to_be_visible()
-    wait_for_state(run, "paused")
-    expect(page.get_by_role("button", name="Resume")).to_be_enabled()
-    screenshot(page, "train-paused", SHOTS)
 
     page.get_by_role("button", name="Resume").click()
     expect(page.get_by_text(re.compile(r"resumed at step \d+")).first).to_be_visible()
