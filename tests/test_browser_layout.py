@@ -98,7 +98,16 @@ def test_saved_drawings_keep_their_delete_buttons_in_line(server):
         page.goto(f"{srv.url}/predict")
         expect(page.get_by_text("12 saved drawings for these classes")).to_be_visible(timeout=T)
         page.wait_for_function(f"() => ({DRAWINGS_JS})().length === 12")
-        cells = page.evaluate(DRAWINGS_JS)
+        # measured once the thumbnails have loaded and the page has stopped moving: on a busy machine a row laid
+        # out around images still loading read as rows of 3, 4 and 5
+        page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"
+                               ".every(img => img.complete)", timeout=T)
+        cells, before = page.evaluate(DRAWINGS_JS), None
+        for _ in range(50):
+            if cells == before:
+                break
+            page.wait_for_timeout(300)
+            before, cells = cells, page.evaluate(DRAWINGS_JS)
         held = [c for c in cells if c["text"].endswith("· held out")]
         assert len(held) == 4, cells
         one_line = min(c["caption"] for c in cells)
