@@ -404,7 +404,8 @@ def test_fine_tune_fields_validate_inline(dirs, finished, tmp_path):
 
 def test_gradient_flow_heatmap_and_why_a_run_has_none(dirs, finished):
     """A run with gradient_flow.csv: a steps x rows heatmap per direction of the chosen layer and its latest
-    profile. A run made before the recording existed, and one with it off, say why there is none."""
+    profile; the layer picked holds for a run with as many layers, and a run with another number starts at its last.
+    A run made before the recording existed, and one with it off, say why there is none."""
     runs_dir, _ = dirs
     without = {"20000101-000000-mnist-sample-0000": (None, "trained before gradient flow was recorded"),
                "20000102-000000-mnist-sample-0001": (0, "Gradient flow was off for this run")}
@@ -417,6 +418,11 @@ def test_gradient_flow_heatmap_and_why_a_run_has_none(dirs, finished):
         else:
             config["train"]["gradient_flow_every"] = every
         other.config_path.write_text(json.dumps(config))
+    twin = copy_run(finished, runs_dir, "20000103-000000-mnist-sample-0002")
+    one_layer = copy_run(finished, runs_dir, "20000104-000000-mnist-sample-0003")
+    config = json.loads(one_layer.config_path.read_text())
+    config["train"]["num_layers"] = 1
+    one_layer.config_path.write_text(json.dumps(config))
     run = copy_run(finished, runs_dir, "20990101-000000-mnist-sample-ffff")  # the newest: shown first
     measured = read_gradient_flow(run.gradient_flow_path)
     assert len(measured)
@@ -434,6 +440,14 @@ def test_gradient_flow_heatmap_and_why_a_run_has_none(dirs, finished):
     no_exception(at)
     heat = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key == "chart_flow")
     assert heat["layout"]["title"]["text"].startswith("Gradient flow through time · layer 1")
+    # the pick holds for another two-layer run; a run with another number of layers starts at its last one
+    at.sidebar.selectbox(key="run_picker").select(twin.id).run()
+    assert at.selectbox(key="flow_layer").value == 1
+    at.sidebar.selectbox(key="run_picker").select(one_layer.id).run()
+    assert at.selectbox(key="flow_layer").options == ["1"]
+    at.sidebar.selectbox(key="run_picker").select(run.id).run()
+    no_exception(at)
+    assert at.selectbox(key="flow_layer").value == 2
     for run_id, (_, why) in without.items():
         at.sidebar.selectbox(key="run_picker").select(run_id).run()
         no_exception(at, run_id)

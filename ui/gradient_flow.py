@@ -12,6 +12,7 @@ from brnn_core.states import ACTIVE_STATES
 from ui.common import memo
 
 LAYER_KEY = "flow_layer"
+LAYERS_KEY = "flow_layers"  # how many layers the run had that LAYER_KEY was last shown for
 EXPLAINED = (
     "Each row of a heatmap is one measurement, on the same batch of training images every time: how strongly the "
     "loss reaches back to the hidden state after each image row, by every path through the later rows and the "
@@ -23,8 +24,11 @@ EXPLAINED = (
 def layer_picker(container, train: dict) -> int:
     """The layer (from 1) whose gradient flow the panel shows, for the selected run's number of layers."""
     layers = list(range(1, int(train.get("num_layers") or 1) + 1))
-    if st.session_state.get(LAYER_KEY) not in layers:
+    # A pick holds across runs with as many layers (comparing them); a run with another number starts at its last
+    # layer, the one the reader reads, as a first look does: not at the layer a one-layer run left behind.
+    if st.session_state.get(LAYER_KEY) not in layers or st.session_state.get(LAYERS_KEY) != len(layers):
         st.session_state[LAYER_KEY] = layers[-1]
+    st.session_state[LAYERS_KEY] = len(layers)
     return container.selectbox("Gradient flow: layer", layers, key=LAYER_KEY,
                                help="Which recurrent layer's gradient flow through time to show (1 reads the image).")
 
