@@ -123,15 +123,59 @@ def test_asha_stops_the_bad_trial_with_the_rung_cut_off(runs_dir, data_dir, tmp_
     no_ray_left(watch)
 
 
+PBT_EPOCHS = 8  # the good trial trains on for several epochs after the weak one is let go (hold_for_a_donor)
+
+
+def hold_for_a_donor(runs_dir: Path, proc) -> None:
+    """Hold the grid's two trials so that the weak one (t01) reports while the good one (t00) can be copied.
+
+    PBT copies from a trial that has not ended and has saved at a perturbation point, which it does only at a
+    report once both trials have one. On two busy cores either trial may start so late that the other trains all
+    its epochs first. So t01 is paused at its first epoch; t00 is paused at its first only while t01 has none (no
+    save is pending then: a paused trial's save would hold Tune up), and let go once t01 has; t01 is let go once
+    t00 has reported after t01's epoch, with most of its epochs still to train."""
+    def trial(n: str) -> Run | None:
+        found = [Run(p) for p in runs_dir.glob(f"*-{n}") if (p / "config.json").is_file()]
+        return found[0] if found else None
+
+    paused: set[str] = set()
+
+    def both_scored() -> bool:
+        good, weak = trial("t00"), trial("t01")
+        weak_rows = len(val_rows(weak)) if weak else 0
+        if weak_rows and "t01" not in paused:
+            weak.send_command("pause")
+            paused.add("t01")
+        if good and not weak_rows and "t00" not in paused and len(val_rows(good)):
+            good.send_command("pause")
+            paused.add("t00")
+        return proc.poll() is not None or "t01" in paused
+
+    poll(both_scored, 600, "the weak trial's first epoch", 0.2)
+    good, weak = trial("t00"), trial("t01")
+    if "t00" in paused:
+        good.send_command("resume")
+    seen = len(val_rows(good))
+    poll(lambda: proc.poll() is not None or len(val_rows(good)) > seen, 600, "the good trial's next epoch", 0.2)
+    weak.send_command("resume")
+
+
 def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
-    # 6 epochs: on two busy cores the weak trial may report its first epoch only after the good one's third; the
-    # good one must still be training then to be a donor (PBT copies from trials that have not ended)
-    code, out, watch = run_sweep([*TINY, "--set", "epochs=6", "--search", "lr=grid:0.01,0.00001",
-                                  "--scheduler", "pbt", "--perturbation-interval", "1", "--concurrency", "2"],
-                                 runs_dir, data_dir, tmp_path / "sweep.log")
-    assert code == 0, out
+    """The weak trial (lr 1e-5) copies the good one's weights and a perturbed lr, logged as a live change."""
+    log = tmp_path / "sweep.log"
+    proc = start_sweep([*TINY, "--set", f"epochs={PBT_EPOCHS}", "--search", "lr=grid:0.01,0.00001", "--scheduler",
+                        "pbt", "--perturbation-interval", "1", "--concurrency", "2"], runs_dir, data_dir, log)
+    watch = Descendants.watching(proc.pid)
+    try:
+        hold_for_a_donor(runs_dir, proc)
+        code, out = finish(proc, log)
+    finally:
+        if proc.poll() is None:
+            end_group(proc)
+    watch.done.set()
     trials = trial_runs(the_sweep(runs_dir))
     good, weak = trials["t00"], trials["t01"]
+    assert code == 0, out
     changes = [e for e in weak.events() if e["kind"] == "set" and e.get("source") == "pbt"]
     assert changes, f"no PBT exploit in {weak.id}:\n{out}"
     donor_ends = set(val_rows(good)["step"].astype(int))
@@ -146,7 +190,7 @@ def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
     # donor's step drops the rows logged after it, so this holds for the file as it ends up.
     train = weak.metrics()
     train = train[train["split"] == "train"]
-    total = 6 * weak.status()["steps_per_epoch"]
+    total = PBT_EPOCHS * weak.status()["steps_per_epoch"]
     peak = [next((c["new"] for c in reversed(changes) if c["step"] < step), 1e-5) for step in train["step"]]
     expected = [lr_at("cosine", p, int(step) - 1, total) for p, step in zip(peak, train["step"], strict=True)]
     assert list(train["lr"]) == pytest.approx(expected, rel=1e-5)
@@ -186,7 +230,7 @@ BUDGET_EPOCHS = 12
 
 def pause_once_past(runs_dir: Path, proc, epochs: dict[str, int]) -> None:
     """Pause each trial as soon as it has trained past `epochs[its id]` (0 for one not listed), and return once both
-    trials (the one caller's grid has two) are sent the pause or the sweep has ended.
+    trials (each caller's grid has two) are sent the pause or the sweep has ended.
 
     A paused trial waits for the time budget without training: the budget then ends trials that are part-way
     however fast or busy the machine is (only Ray's start-up is spent before the first epoch)."""
