@@ -173,9 +173,9 @@ def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
         if proc.poll() is None:
             end_group(proc)
     watch.done.set()
+    assert code == 0, out
     trials = trial_runs(the_sweep(runs_dir))
     good, weak = trials["t00"], trials["t01"]
-    assert code == 0, out
     changes = [e for e in weak.events() if e["kind"] == "set" and e.get("source") == "pbt"]
     assert changes, f"no PBT exploit in {weak.id}:\n{out}"
     donor_ends = set(val_rows(good)["step"].astype(int))
