@@ -81,7 +81,9 @@ def test_a_run_that_skips_most_steps_ends_diverged_and_says_why(sample, runs_dir
     assert scaler.skipped_steps() == STUCK_WINDOW  # every single step
     warnings = [e for e in run.events() if e["kind"] == "warning"]
     assert len(warnings) == 1 and "skipped 10 of the last 10 steps" in warnings[0]["message"]
-    assert run.status()["skipped_steps"] == 90  # written with the last logged point before the end
+    # written while it trained: with the last logged point before the end (step 90), or by a heartbeat after it
+    # when the machine is slow enough that a second passes meanwhile; never the end's count yet
+    assert 90 <= run.status()["skipped_steps"] < STUCK_WINDOW
     rec.end_diverged(result)
     status = run.status()
     assert status["state"] == "diverged" and status["skipped_steps"] == STUCK_WINDOW
