@@ -6,6 +6,13 @@ from __future__ import annotations
 import re
 
 T = 120_000  # ms: the default wait for anything to show; two busy cores, training alongside
+POLL_MS = 100  # a page condition is checked this often, not on every animation frame (Playwright's default)
+
+
+def wait_js(page, js: str, *, arg=None, timeout: float | None = None) -> None:
+    """page.wait_for_function, checked every POLL_MS: on every frame, a wait that lasts while a run trains keeps
+    Chromium rendering 60 frames a second, CPU the training beside it on two cores needs."""
+    page.wait_for_function(js, arg=arg, polling=POLL_MS, **({} if timeout is None else {"timeout": timeout}))
 
 
 def metric_value(page, label: str):
@@ -23,7 +30,8 @@ def progress_step(page) -> int:
 
 
 def wait_step_above(page, step: int, timeout_ms: float = T) -> int:
-    page.wait_for_function(
+    wait_js(
+        page,
         """(min) => [...document.querySelectorAll('[data-testid=stProgress]')].some(el => {
                const m = el.innerText.match(/step (\\d+)\\//); return m && Number(m[1]) > min; })""",
         arg=step, timeout=timeout_ms)
@@ -43,7 +51,7 @@ def chart_points(page, title: str) -> int:
 
 
 def wait_chart_points_above(page, title: str, n: int) -> int:
-    page.wait_for_function(f"(args) => ({CHART_POINTS_JS})(args[0]) > args[1]", arg=[title, n], timeout=T)
+    wait_js(page, f"(args) => ({CHART_POINTS_JS})(args[0]) > args[1]", arg=[title, n], timeout=T)
     return chart_points(page, title)
 
 

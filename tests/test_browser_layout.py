@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from browser_helpers import wait_js
 from browser_server import browser_page, require_browser, start_server, stop_server
 from helpers import REPO, copy_run
 from sweep_helpers import written_sweep
@@ -83,7 +84,7 @@ def test_the_parallel_coordinates_title_is_clear_of_the_axis_names(server):
     with browser_page(SHOTS / "layout-sweep-last-state.png", T) as page:
         page.goto(f"{srv.url}/sweep?sweep={sweep_id}")
         expect(page.get_by_text(re.compile(r"4 of 4 trials started"))).to_be_visible(timeout=T)
-        page.wait_for_function(f"() => ({PARCOORDS_TEXT_JS})() && ({PARCOORDS_TEXT_JS})().length >= 3")
+        wait_js(page, f"() => ({PARCOORDS_TEXT_JS})() && ({PARCOORDS_TEXT_JS})().length >= 3")
         texts = page.evaluate(PARCOORDS_TEXT_JS)
         (title,) = [t for t in texts if t["kind"] == "title"]
         axes = [t for t in texts if t["kind"] == "axis"]
@@ -97,11 +98,11 @@ def test_saved_drawings_keep_their_delete_buttons_in_line(server):
     with browser_page(SHOTS / "layout-predict-last-state.png", T) as page:
         page.goto(f"{srv.url}/predict")
         expect(page.get_by_text("12 saved drawings for these classes")).to_be_visible(timeout=T)
-        page.wait_for_function(f"() => ({DRAWINGS_JS})().length === 12")
+        wait_js(page, f"() => ({DRAWINGS_JS})().length === 12")
         # measured once the thumbnails have loaded and the page has stopped moving: on a busy machine a row laid
         # out around images still loading read as rows of 3, 4 and 5
-        page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"
-                               ".every(img => img.complete)", timeout=T)
+        wait_js(page, "() => [...document.querySelectorAll('[data-testid=stImage] img')]"
+                ".every(img => img.complete)", timeout=T)
         cells, before = page.evaluate(DRAWINGS_JS), None
         for _ in range(50):
             if cells == before:

@@ -23,6 +23,7 @@ from browser_helpers import (
     metric_value,
     plot_info,
     wait_chart_points_above,
+    wait_js,
     wait_step_above,
 )
 from browser_helpers import draw_stroke as draw
@@ -139,7 +140,7 @@ def test_train_with_the_defaults_live_lr_pause_and_resume(server, page):
     page.get_by_role("button", name="Start training").click()
     # started, or queued behind the server's background drawing of the default dataset's digits
     expect(page.get_by_text(re.compile(r"Started run \S+|Queued \S+")).first).to_be_visible()
-    page.wait_for_function("() => /step [1-9]\\d*\\//.test(document.body.innerText)", timeout=T)
+    wait_js(page, "() => /step [1-9]\\d*\\//.test(document.body.innerText)", timeout=T)
     (run,) = list_runs(runs)
     assert run.config()["train"]["epochs"] >= 10  # the offline sample's default leaves time to try things
     queues = re.compile(r"Start training\*?\*? queues a new run while this run is")
@@ -187,14 +188,14 @@ def reads_the_drawn_seven(page) -> None:
     from brnn_core.charts import ATTRIBUTION_TITLE, READING_TITLE
 
     expect(page.get_by_text("How the two-way LSTM (BiLSTM) reads your digit").first).to_be_visible()
-    page.wait_for_function(f"() => ({PLOT_JS})({READING_TITLE!r}) && ({PLOT_JS})({ATTRIBUTION_TITLE!r})", timeout=T)
+    wait_js(page, f"() => ({PLOT_JS})({READING_TITLE!r}) && ({PLOT_JS})({ATTRIBUTION_TITLE!r})", timeout=T)
     reading = plot_info(page, READING_TITLE)
     # The 28x28 image and, beside it, 28 rows (one per image row) x 10 classes.
     assert reading == {"traces": ["heatmap", "heatmap"], "rows": [28, 28], "cols": [28, 10]}, reading
     overlay = plot_info(page, ATTRIBUTION_TITLE)
     assert overlay == {"traces": ["heatmap", "heatmap"], "rows": [28, 28], "cols": [28, 28]}, overlay
     expect(page.get_by_text(f"{ATTRIBUTION_TITLE}: 7").first).to_be_visible()
-    page.wait_for_function(f"() => ({PLOT_JS})('What each direction drew on: 7')", timeout=T)
+    wait_js(page, f"() => ({PLOT_JS})('What each direction drew on: 7')", timeout=T)
     readers = page.evaluate(f"""() => ({PLOT_JS})('What each direction drew on: 7')._fullData.map(
         d => [d.type, d.name, d.y.length])""")
     assert readers == [["bar", "forward reader", 28], ["bar", "backward reader", 28]], readers
@@ -215,7 +216,7 @@ def test_draw_save_and_teach_it_until_before_after_shows(server, page):
     expect(page.locator("[data-testid=stMetric]").filter(has_text="Prediction")).to_be_visible()
     # the page reruns with the whole drawing; the metric, the caption and the chart are redrawn one after the
     # other: wait until all three describe the finished 7
-    page.wait_for_function(f"() => ({TOP_CLASS_JS})() === '7'", timeout=T)
+    wait_js(page, f"() => ({TOP_CLASS_JS})() === '7'", timeout=T)
     expect(metric_value(page, "Prediction")).to_have_text("7")
     chart_top = page.evaluate(f"() => Math.max(...Array.from(({PLOT_JS})('Class probabilities')._fullData[0].y))")
     caption = page.locator("[data-testid=stCaptionContainer]").filter(has_text="% probability").first
@@ -223,8 +224,8 @@ def test_draw_save_and_teach_it_until_before_after_shows(server, page):
     assert abs(float(caption.inner_text().split("%")[0]) - chart_top) <= 0.051, (caption.inner_text(), chart_top)
     expect(page.get_by_text("What the model sees (28×28)").first).to_be_visible()
     reads_the_drawn_seven(page)
-    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stImage] img')]"
-                           ".every(img => img.complete)", timeout=T)
+    wait_js(page, "() => [...document.querySelectorAll('[data-testid=stImage] img')]"
+            ".every(img => img.complete)", timeout=T)
     no_cut_labels(page, "Predict, a drawn 7")
     screenshot(page, "predict", SHOTS)
     expect(page.get_by_text("No saved drawings yet").first).to_be_visible()
@@ -330,11 +331,11 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
     page.get_by_role("button", name="Start sweep").click()
     expect(page.get_by_text(re.compile(r"Started sweep \S+")).first).to_be_visible()
     # live: the table gets both trials, the plots a line per trial, then both finish
-    page.wait_for_function(f"() => ({TABLE_TEXT_JS})().filter(t => /^t0[01]$/.test(t)).length === 2", timeout=LONG)
-    page.wait_for_function(f"() => ({PLOT_LINES_JS})('parcoords') === 2", timeout=LONG)
-    page.wait_for_function(f"() => ({PLOT_LINES_JS})('scatter') === 2", timeout=T)
+    wait_js(page, f"() => ({TABLE_TEXT_JS})().filter(t => /^t0[01]$/.test(t)).length === 2", timeout=LONG)
+    wait_js(page, f"() => ({PLOT_LINES_JS})('parcoords') === 2", timeout=LONG)
+    wait_js(page, f"() => ({PLOT_LINES_JS})('scatter') === 2", timeout=T)
     expect(page.get_by_text(re.compile(r"2 of 2 trials started · 2 finished"))).to_be_visible(timeout=LONG)
-    page.wait_for_function(f"() => ({TABLE_TEXT_JS})().filter(t => t === 'finished').length === 2")
+    wait_js(page, f"() => ({TABLE_TEXT_JS})().filter(t => t === 'finished').length === 2")
     cells = page.evaluate(TABLE_TEXT_JS)
     assert "0.01" in cells and "0.003" in cells, cells
     sweep = list_sweeps(runs)[0]
@@ -421,7 +422,7 @@ def live_controls(page, runs, before: set[str]) -> None:
     wait_chart_points_above(page, "Training loss (per step)", 3)  # a curve worth a screenshot
     # The gradient flow through time: measured at step 0, drawn as a heatmap per direction of the picked layer (the
     # session's pick, here from the one-layer sweep trial the page showed first)
-    page.wait_for_function(f"() => ({PLOT_JS})('Gradient flow through time · layer')", timeout=T)
+    wait_js(page, f"() => ({PLOT_JS})('Gradient flow through time · layer')", timeout=T)
     flow = plot_info(page, "Gradient flow through time · layer")
     assert flow["traces"] == ["heatmap", "heatmap"] and flow["cols"] == [28, 28] and min(flow["rows"]) >= 1, flow
     screenshot(page, "train-running", SHOTS)

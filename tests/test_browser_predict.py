@@ -16,6 +16,7 @@ import io
 
 import numpy as np
 import pytest
+from browser_helpers import wait_js
 from browser_server import browser_page, require_browser, start_server, stop_server
 from helpers import copy_run
 from PIL import Image
@@ -73,7 +74,7 @@ def test_two_quick_strokes_show_the_final_drawings_input_and_answer(server, fini
         page.wait_for_load_state("networkidle")
         record(page)
         draw(page, FOUR)
-        page.wait_for_function(SETTLED_JS, timeout=T)
+        wait_js(page, SETTLED_JS, timeout=T)
         page.wait_for_load_state("networkidle")
 
         x = predictor.model_input(canvas_rgba(page)).numpy()  # what the model must see for the canvas as it is

@@ -14,6 +14,7 @@ import re
 
 import pandas as pd
 import pytest
+from browser_helpers import wait_js
 from browser_server import browser_page, require_browser, screenshot, start_server, stop_server
 from helpers import REPO, TINY, train_run
 
@@ -86,7 +87,7 @@ def table_rows(page, table: int = 0) -> list[list[str]]:
 
 def wait_rows(page, predicate_js: str) -> None:
     """Until some row of the first dataframe has a cell for which `predicate_js` (a JS function of its text) holds."""
-    page.wait_for_function(f"() => ({CELLS_JS})().some(c => c[0] === 0 && ({predicate_js})(c[3]))", timeout=T)
+    wait_js(page, f"() => ({CELLS_JS})().some(c => c[0] === 0 && ({predicate_js})(c[3]))", timeout=T)
 
 
 def click_row(page, table: int, row: int) -> None:
@@ -130,15 +131,15 @@ def test_selecting_the_group_opens_it_and_draws_its_band(notebook, page):
     expect(page.get_by_text(re.compile(rf"showing group {group} \(3 runs, mean ± std\)\.")).first).to_be_visible()
     for title in ("Training loss", "Validation loss"):
         # each chart is redrawn on its own: the other may still show every run for a moment
-        page.wait_for_function(f"() => {{ const t = ({TRACES_JS})({title!r}); return t && t.length === 3; }}",
-                               timeout=T)
+        wait_js(page, f"() => {{ const t = ({TRACES_JS})({title!r}); return t && t.length === 3; }}",
+                timeout=T)
         lower, upper, mean = traces(page, title)  # the group alone: its band's edges and its mean
         assert mean["name"] == f"group {group} mean ± std (n=3)", title
         assert upper["fill"] == "tonexty" and upper["fillcolor"].startswith("rgba(") and lower["fill"] == "none"
         assert lower["colour"] == upper["colour"] == mean["colour"] and mean["n"] > 1
     expect(page.locator(".legendtext", has_text=f"group {group} mean ± std (n=3)").first).to_be_visible()
     # the opened group's own table (the page's second): run_id, seed, ...
-    page.wait_for_function(f"() => ({CELLS_JS})().filter(c => c[0] === 1 && c[2] === 2).length === 3", timeout=T)
+    wait_js(page, f"() => ({CELLS_JS})().filter(c => c[0] === 1 && c[2] === 2).length === 3", timeout=T)
     seeds = [r[1] for r in table_rows(page, 1)]
     assert seeds == ["0", "1", "2"], table_rows(page, 1)
     screenshot(page, "runs-seed-group", SHOTS)
@@ -147,8 +148,8 @@ def test_selecting_the_group_opens_it_and_draws_its_band(notebook, page):
 def test_the_filter_narrows_the_table_and_refuses_code(notebook, page):
     _, _, group, lone, root = notebook
     enter_filter(page, "lr < 0.005")
-    page.wait_for_function(f"() => ({CELLS_JS})().filter(c => c[0] === 0 && c[2] === 1).map(c => c[3])"
-                           f".join() === {lone!r}", timeout=T)
+    wait_js(page, f"() => ({CELLS_JS})().filter(c => c[0] === 0 && c[2] === 1).map(c => c[3])"
+            f".join() === {lone!r}", timeout=T)
     expect(page.get_by_role("switch", name="Group seeds")).to_be_disabled()  # one run: nothing to group
     victim = root / "victim"
     enter_filter(page, f"__import__('os').system('touch {victim}')")
@@ -169,8 +170,8 @@ def test_tags_and_a_note_saved_show_as_table_columns(notebook, page):
     expect(page.get_by_text("Tags and note saved.").first).to_be_visible()
     assert read_notes(runs / inspected).tags == ("baseline", "seed-study")
     enter_filter(page, "tag:seed-study")
-    page.wait_for_function(f"() => ({CELLS_JS})().filter(c => c[0] === 0 && c[2] === 1).map(c => c[3])"
-                           f".join() === {inspected!r}", timeout=T)
+    wait_js(page, f"() => ({CELLS_JS})().filter(c => c[0] === 0 && c[2] === 1).map(c => c[3])"
+            f".join() === {inspected!r}", timeout=T)
     # the grid draws only the columns in view: scroll it to its last ones (tags, note, problem)
     page.evaluate("() => { const s = document.querySelector('[data-testid=stDataFrame] .dvn-scroller');"
                   " s.scrollLeft = s.scrollWidth; }")
@@ -213,14 +214,14 @@ def test_compare_makes_the_group_one_entry_of_a_matrix_and_links_each_entry_to_i
     assert [r[:3] for r in rows] == [["lstm", "two-way", "3"], ["lstm", "one-way", "3"], ["rnn", "two-way", "3"],
                                      ["rnn", "one-way", "3"]], rows
     assert rows[0][-1] == group
-    page.wait_for_function(f"() => {{ const t = ({TRACES_JS})('Training loss'); return t && t.length === 12; }}",
-                           timeout=T)  # each entry's band edges and mean
+    wait_js(page, f"() => {{ const t = ({TRACES_JS})('Training loss'); return t && t.length === 12; }}",
+            timeout=T)  # each entry's band edges and mean
     means = [t["name"] for t in traces(page, "Training loss") if "mean" in t["name"]]
     assert means == [f"{e} mean ± std (n=3)" for e in ("LSTM two-way", "LSTM one-way", "RNN two-way",
                                                          "RNN one-way")]
     # the profiles are a chart of their own, drawn after the curves on a busy machine: wait for it the same way
-    page.wait_for_function(f"() => {{ const t = ({TRACES_JS})('Gradient flow through the rows'); "
-                           "return t && t.length === 6; }", timeout=T)
+    wait_js(page, f"() => {{ const t = ({TRACES_JS})('Gradient flow through the rows'); "
+            "return t && t.length === 6; }", timeout=T)
     flow = traces(page, "Gradient flow through the rows")
     assert len(flow) == 6 and {t["name"] for t in flow} == {"forward", "backward"}  # two-way: 2 readers, one-way 1
     expect(page.locator("[data-testid=stException]")).to_have_count(0)
