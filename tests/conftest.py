@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +39,14 @@ MADE = ".made"  # in a made_once folder: its maker finished
 # The files that take longest from start to end (mostly waiting on Ray, servers and browsers), longest first:
 # `make test`'s durations list shows them
 LONGEST_FILES = ("test_sweep.py", "test_cluster.py", "test_browser_newcomer.py", "test_bench.py")
+
+
+def pytest_configure(config):
+    """Ctrl-C reaches the processes the tests start as it reaches a terminal's. A suite started where SIGINT is
+    ignored (a background job of a script, nohup) would hand that on to every process it starts: a `brnn train`
+    told "Ctrl-C cancels" would then never hear it, and its test would wait until its timeout."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items):
