@@ -12,7 +12,7 @@ POLL_MS = 100  # a page condition is checked this often, not on every animation 
 def wait_js(page, js: str, *, arg=None, timeout: float | None = None) -> None:
     """page.wait_for_function, checked every POLL_MS: on every frame, a wait that lasts while a run trains keeps
     Chromium rendering 60 frames a second, CPU the training beside it on two cores needs."""
-    page.wait_for_function(js, arg=arg, polling=POLL_MS, **({} if timeout is None else {"timeout": timeout}))
+    page.wait_for_function(js, arg=arg, polling=POLL_MS, timeout=timeout)  # None: the page's default timeout
 
 
 def metric_value(page, label: str):
