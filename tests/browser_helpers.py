@@ -15,6 +15,23 @@ def wait_js(page, js: str, *, arg=None, timeout: float | None = None) -> None:
     page.wait_for_function(js, arg=arg, polling=POLL_MS, timeout=timeout)  # None: the page's default timeout
 
 
+def open_expander(page, label: str, tries: int = 3) -> None:
+    """Open the expander `label` and wait until its content shows. A click that lands while the page reruns can be
+    lost with the element it hit, so it is clicked again, but only while the content is still hidden: a click on an
+    open expander closes it. Opening is the browser's own work, no round trip to the server."""
+    from playwright.sync_api import expect  # here: a module without playwright installed is skipped, not broken
+
+    expander = page.locator("[data-testid=stExpander]").filter(has=page.locator("summary", has_text=label)).first
+    for attempt in range(tries):
+        expander.locator("summary").click()
+        try:
+            expect(expander.locator("[data-testid=stExpanderDetails]")).to_be_visible(timeout=10_000)
+            return
+        except AssertionError:
+            if attempt == tries - 1:
+                raise
+
+
 def metric_value(page, label: str):
     return page.locator("[data-testid=stMetric]").filter(has_text=label).locator("[data-testid=stMetricValue]")
 

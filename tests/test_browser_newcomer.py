@@ -21,6 +21,7 @@ from browser_helpers import (
     TOP_CLASS_JS,
     draw_until,
     metric_value,
+    open_expander,
     plot_info,
     wait_chart_points_above,
     wait_js,
@@ -175,7 +176,7 @@ def test_train_with_the_defaults_live_lr_pause_and_resume(server, page):
     expect(progress).to_contain_text("paused")
     expect(progress).not_to_contain_text("ETA")  # no time left while nothing trains
     # opened, it stays open while events arrive and through the reruns that Resume makes
-    page.locator("[data-testid=stExpander] summary").filter(has_text="Event log").click()
+    open_expander(page, "Event log")
     screenshot(page, "train-paused", SHOTS)
     page.get_by_role("button", name="Resume").click()
     expect(page.get_by_text(re.compile(r"resumed at step \d+")).first).to_be_visible()
@@ -278,7 +279,7 @@ def test_inside_the_lstm_on_a_drawn_digit(server, page):
     page.goto(f"{srv.url}/predict")
     prediction = page.locator("[data-testid=stMetric]").filter(has_text="Prediction")
     draw_until(prediction, page, list(SEVEN))
-    page.locator("[data-testid=stExpander] summary").filter(has_text="Inside the two-way LSTM").click()
+    open_expander(page, "Inside the two-way LSTM")
     expect(page.get_by_text("Rows that mattered").first).to_be_visible()
     direction = re.compile(r"At row t the forward direction (of the .+ )?has read rows 0\.\.t")
     expect(page.get_by_text(direction).first).to_be_visible()

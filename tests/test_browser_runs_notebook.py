@@ -14,7 +14,7 @@ import re
 
 import pandas as pd
 import pytest
-from browser_helpers import wait_js
+from browser_helpers import open_expander, wait_js
 from browser_server import browser_page, require_browser, screenshot, start_server, stop_server
 from helpers import REPO, TINY, train_run
 
@@ -163,7 +163,7 @@ def test_the_filter_narrows_the_table_and_refuses_code(notebook, page):
 def test_tags_and_a_note_saved_show_as_table_columns(notebook, page):
     _, runs, _, _, _ = notebook
     inspected = page.get_by_role("combobox", name="Inspect one run").input_value()
-    page.get_by_text("Tags and note").first.click()
+    open_expander(page, "Tags and note")
     page.get_by_role("textbox", name="Tags (comma-separated)").fill("baseline, seed-study")
     page.get_by_role("textbox", name="Note").fill("the one to beat")
     page.get_by_role("button", name="Save tags and note").click()
