@@ -323,9 +323,9 @@ def test_a_small_sweep_then_its_best_on_train_and_predict(server, page):
     page.goto(f"{srv.url}/sweep")
     expect(page.get_by_text("Sweep hyperparameters")).to_be_visible()
     no_cut_labels(page, "Sweep, the form")
-    page.get_by_text("Resources").click()
+    open_expander(page, "Resources")
     no_cut_labels(page, "Sweep, resources")
-    page.get_by_text("Base settings").click()
+    open_expander(page, "Base settings")
     for label, value in (("Epochs", "1"), ("Hidden size", "8"), ("Recurrent layers", "1")):
         enter(page.get_by_label(label, exact=True), value)
         expect(page.get_by_label(label, exact=True)).to_have_value(value)

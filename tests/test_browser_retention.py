@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from browser_helpers import open_expander
 from browser_server import browser_page, require_browser, screenshot, start_server, stop_server
 from helpers import REPO, TINY, train_run, tree_digest
 
@@ -71,6 +72,6 @@ def test_free_disk_space_previews_then_prunes(folder):
         box.fill(f"id == {loser.id}")
         box.press("Enter")
         expect(page.get_by_role("combobox", name="Inspect one run")).to_have_value(loser.id)
-        page.get_by_text("Branch from here").first.click()
+        open_expander(page, "Branch from here")
         reason = r"last\.pt and best\.pt were pruned by runs prune to save disk .*nothing is left to branch from"
         expect(page.get_by_text(re.compile(reason)).first).to_be_visible()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from browser_helpers import open_expander
 from browser_server import browser_page, require_browser, start_server, stop_server
 from helpers import copy_run
 
@@ -68,7 +69,7 @@ def test_the_branch_forms_checkpoint_stays_ticked_when_the_checkpoint_is_rewritt
     [run] = list_runs(server.log_path.parent / "runs")
     with browser_page(tmp_path / "last.png", T) as page:
         page.goto(server.url)
-        page.get_by_text("Branch from here").first.click()
+        open_expander(page, "Branch from here")
         radios = page.get_by_role("radio")
         expect(radios.first).to_be_checked()
         last = torch.load(run.last_ckpt, weights_only=True)  # the run resumed and saved again, elsewhere
