@@ -124,25 +124,23 @@ def main(argv: list[str] | None = None) -> int:
               "as root, on Linux", file=sys.stderr)
         return 2
     root = Path(tempfile.mkdtemp(prefix="brnn-suite-cpu-", dir=parent))
-    log = Path(tempfile.mkstemp(prefix="brnn-suite-cpu-", suffix=".jsonl")[1])
-    env = {**os.environ, LOG_ENV: str(log), ROOT_ENV: str(root)}
-    start = time.monotonic()
-    rc = subprocess.run([sys.executable, "-m", "pytest", "-p", "benchmarks.suite_cpu",
-                         *(pytest_args or make_test_options())], cwd=REPO, env=env).returncode
-    wall = time.monotonic() - start
+    with tempfile.TemporaryDirectory(prefix="brnn-suite-cpu-") as scratch:
+        log = Path(scratch) / "tests.jsonl"  # each worker appends a line per test
+        env = {**os.environ, LOG_ENV: str(log), ROOT_ENV: str(root)}
+        start = time.monotonic()
+        rc = subprocess.run([sys.executable, "-m", "pytest", "-p", "benchmarks.suite_cpu",
+                             *(pytest_args or make_test_options())], cwd=REPO, env=env).returncode
+        wall = time.monotonic() - start
+        records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     groups = [g for g in root.iterdir() if g.is_dir()]
-    total = sum(cpu_seconds(g) for g in groups)
-    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    result = report(records, total, wall, args.top)
-    left = {g.name: (g / "cgroup.procs").read_text().split() for g in groups}
-    left = {name: pids for name, pids in left.items() if pids}
+    result = report(records, sum(cpu_seconds(g) for g in groups), wall, args.top)
+    left = {g.name: pids for g in groups if (pids := (g / "cgroup.procs").read_text().split())}
     if left:  # a test that leaves a process running: found here, since the suite itself would not notice
         print(f"\nstill running after pytest ended (process ids by worker): {left}")
     else:
         for g in groups:
             g.rmdir()
         root.rmdir()
-    log.unlink()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({**result, "pytest_rc": rc, "left_running": left}, indent=1))
     print(f"\npytest exited {rc}; every test's numbers: {args.json}")
