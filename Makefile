@@ -7,7 +7,16 @@ PORT ?= 8501
 
 .PHONY: run test test-fast lint bench bench-gpu soak clean-venv
 
+# A new venv holds PyTorch with its CUDA libraries, about 7 GB: said before pip would stop part-way with "No space
+# left on device". Only a new one is checked: a reinstall into an existing venv adds little.
+VENV_GB ?= 8
+DISK_CHECK := import os, shutil, sys; where = os.path.dirname(os.path.abspath('$(VENV)')); \
+	free = shutil.disk_usage(where).free / 2**30; \
+	sys.exit(0 if free >= $(VENV_GB) else f'make: the virtual environment $(VENV) needs about $(VENV_GB) GiB and {where} has \
+	{free:.1f} GiB free. Free some disk space there, or build it on a bigger disk (make VENV=/path/to/venv ...).')
+
 $(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON) -c "$(DISK_CHECK)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -r requirements.txt
 	cp requirements.txt $(STAMP)
