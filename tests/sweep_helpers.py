@@ -38,6 +38,18 @@ def start_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path, env:
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
+@contextlib.contextmanager
+def sweep_process(args: list[str], runs_dir: Path, data_dir: Path, log: Path, env: dict | None = None):
+    """`start_sweep` for a `with` block: whatever ends the block (a failed wait, an assertion), a sweep still running
+    then is ended with its process group, so no Ray of a failed test outlives it."""
+    proc = start_sweep(args, runs_dir, data_dir, log, env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            end_group(proc)
+
+
 class Descendants(threading.Thread):
     """Records every process below `pid` (Ray's GCS, raylet, agents, workers) while it runs."""
 

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from helpers import build_app, no_exception, tail, wait_for
 from streamlit.testing.v1 import AppTest
-from sweep_helpers import TINY, end_group, finish, start_sweep, trial_runs, val_rows, written_sweep
+from sweep_helpers import TINY, finish, sweep_process, trial_runs, val_rows, written_sweep
 
 from brnn_core.sweep.records import list_sweeps
 
@@ -93,8 +93,7 @@ def test_a_cli_sweep_stopped_and_continued_on_the_page_then_shown_like_any_sweep
     """A sweep started from a terminal, on the page: Stop sweep stops it (last.pt kept), Continue sweep trains its
     trials on to their end in the background, and then the page shows it as any finished sweep."""
     runs, data, log = tmp_path / "runs", tmp_path / "data", tmp_path / "sweep.log"
-    proc = start_sweep([*TINY, "--set", "epochs=8", "--search", "lr=grid:0.01,0.003"], runs, data, log)
-    try:
+    with sweep_process([*TINY, "--set", "epochs=8", "--search", "lr=grid:0.01,0.003"], runs, data, log) as proc:
         wait_for(lambda: list_sweeps(runs) and any(r.status().get("step") for r in list_sweeps(runs)[0].trial_runs()),
                  600, f"the sweep's trials to train:\n{tail(log)}")
         at = app(runs, data, monkeypatch)
@@ -103,9 +102,6 @@ def test_a_cli_sweep_stopped_and_continued_on_the_page_then_shown_like_any_sweep
         stop.click().run()
         assert any("Stopping the sweep" in i.value for i in at.info)
         code, out = finish(proc, log)
-    finally:
-        if proc.poll() is None:
-            end_group(proc)
     assert code == 0, out
     sweep = list_sweeps(runs)[0]
     assert sweep.info()["state"] == "stopped"

@@ -17,10 +17,9 @@ from helpers import wait_for as poll
 from sweep_helpers import (
     TINY,
     Descendants,
-    end_group,
     finish,
     run_sweep,
-    start_sweep,
+    sweep_process,
     the_sweep,
     trial_runs,
     val_rows,
@@ -163,15 +162,11 @@ def hold_for_a_donor(runs_dir: Path, proc) -> None:
 def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
     """The weak trial (lr 1e-5) copies the good one's weights and a perturbed lr, logged as a live change."""
     log = tmp_path / "sweep.log"
-    proc = start_sweep([*TINY, "--set", f"epochs={PBT_EPOCHS}", "--search", "lr=grid:0.01,0.00001", "--scheduler",
-                        "pbt", "--perturbation-interval", "1", "--concurrency", "2"], runs_dir, data_dir, log)
-    watch = Descendants.watching(proc.pid)
-    try:
+    with sweep_process([*TINY, "--set", f"epochs={PBT_EPOCHS}", "--search", "lr=grid:0.01,0.00001", "--scheduler",
+                        "pbt", "--perturbation-interval", "1", "--concurrency", "2"], runs_dir, data_dir, log) as proc:
+        watch = Descendants.watching(proc.pid)
         hold_for_a_donor(runs_dir, proc)
         code, out = finish(proc, log)
-    finally:
-        if proc.poll() is None:
-            end_group(proc)
     watch.done.set()
     assert code == 0, out
     trials = trial_runs(the_sweep(runs_dir))
@@ -249,13 +244,9 @@ def pause_once_past(runs_dir: Path, proc, epochs: dict[str, int]) -> None:
 
 
 def budget_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path, epochs: dict[str, int]):
-    proc = start_sweep(args, runs_dir, data_dir, log)
-    try:
+    with sweep_process(args, runs_dir, data_dir, log) as proc:
         pause_once_past(runs_dir, proc, epochs)
         return finish(proc, log)
-    finally:
-        if proc.poll() is None:
-            end_group(proc)
 
 
 def test_time_budgets_and_a_killed_driver_leave_trials_part_way_and_resume_finishes_them(runs_dir, data_dir, tmp_path):
@@ -293,18 +284,14 @@ def test_time_budgets_and_a_killed_driver_leave_trials_part_way_and_resume_finis
     # a plain --resume whose driver dies (SIGKILL) once both trials trained on and were paused: the sweep reads
     # `interrupted`, and nothing of its embedded Ray is left (Ray's reaper)
     log = tmp_path / "killed.log"
-    proc = start_sweep(["--resume", sweep.id], runs_dir, data_dir, log)
-    killed = Descendants.watching(proc.pid)
-    try:
+    with sweep_process(["--resume", sweep.id], runs_dir, data_dir, log) as proc:
+        killed = Descendants.watching(proc.pid)
         pause_once_past(runs_dir, proc, stopped_at)
         poll(lambda: all(r.status()["state"] == State.PAUSED for r in sweep.trial_runs()), 600, "both trials paused",
              0.5, proc=proc, log=log)
         assert sweep.info()["resume_budget_s"] is None  # a resume without a budget has none
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            end_group(proc)
     killed.done.set()
     no_ray_left(killed)
     assert sweep.info()["state"] == "interrupted" and "--resume" in sweep.info()["message"]
@@ -324,12 +311,12 @@ def test_time_budgets_and_a_killed_driver_leave_trials_part_way_and_resume_finis
 
 def test_ctrl_c_stops_every_trial_with_last_pt(runs_dir, data_dir, tmp_path):
     log = tmp_path / "sweep.log"
-    proc = start_sweep([*TINY, "--set", "epochs=6", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
-                       runs_dir, data_dir, log)
-    watch = Descendants.watching(proc.pid)
-    poll(lambda: any(epochs_done(runs_dir)), 600, "a first epoch", 0.5, proc=proc, log=log)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group, Ray's processes too
-    code, out = finish(proc, log)
+    with sweep_process([*TINY, "--set", "epochs=6", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
+                       runs_dir, data_dir, log) as proc:
+        watch = Descendants.watching(proc.pid)
+        poll(lambda: any(epochs_done(runs_dir)), 600, "a first epoch", 0.5, proc=proc, log=log)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group, Ray's processes too
+        code, out = finish(proc, log)
     watch.done.set()
     assert code == 0, out
     sweep = the_sweep(runs_dir)
@@ -350,9 +337,8 @@ def test_pause_stop_and_kill_trials_then_resume_finishes_them(runs_dir, data_dir
 
     log = tmp_path / "sweep.log"
     # 12 epochs: on an idle machine t00 trained 4 epochs before the pause sent after its first step arrived
-    proc = start_sweep([*TINY, "--set", "epochs=12", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
-                       runs_dir, data_dir, log)
-    try:
+    with sweep_process([*TINY, "--set", "epochs=12", "--search", "lr=grid:0.01,0.003,0.001", "--concurrency", "2"],
+                       runs_dir, data_dir, log) as proc:
         runs = poll(lambda: (r := {p.name[-3:]: Run(p) for p in runs_dir.glob("*-t0[01]")}) and len(r) == 2
                     and all(x.status().get("step") for x in r.values()) and r, 600, "t00 and t01 to train", 0.5,
                     proc=proc, log=log)
@@ -369,9 +355,6 @@ def test_pause_stop_and_kill_trials_then_resume_finishes_them(runs_dir, data_dir
              proc=proc, log=log)
         runs["t00"].send_command("resume")
         code, out = finish(proc, log)
-    finally:
-        if proc.poll() is None:
-            end_group(proc)
     assert code == 0, out
     kinds = [e["kind"] for e in runs["t00"].events()]
     assert "pause" in kinds and "resume" in kinds and runs["t00"].status()["state"] == "finished"
