@@ -10,7 +10,9 @@ PORT ?= 8501
 # A new venv holds PyTorch with its CUDA libraries, about 7 GB: said before pip would stop part-way with "No space
 # left on device". Only a new one is checked: a reinstall into an existing venv adds little.
 VENV_GB ?= 8
-DISK_CHECK := import os, shutil, sys; where = os.path.dirname(os.path.abspath('$(VENV)')); \
+# The disk is the nearest existing folder above the venv's: `python -m venv` makes any folders missing on the way.
+DISK_CHECK := import shutil, sys; from pathlib import Path; \
+	where = next(p for p in Path('$(VENV)').absolute().parents if p.is_dir()); \
 	free = shutil.disk_usage(where).free / 2**30; \
 	sys.exit(0 if free >= $(VENV_GB) else f'make: the virtual environment $(VENV) needs about $(VENV_GB) GiB and {where} has \
 	{free:.1f} GiB free. Free some disk space there, or build it on a bigger disk (make VENV=/path/to/venv ...).')

@@ -10,7 +10,7 @@ from helpers import REPO
 
 
 def test_a_new_venv_without_the_disk_space_it_needs_is_refused_before_pip_starts(tmp_path):
-    venv = tmp_path / "venv"
+    venv = tmp_path / "not-yet" / "venv"  # its folder too is made only by `python -m venv`: the disk is tmp_path's
     need = int(shutil.disk_usage(tmp_path).free / 2**30) + 1  # one GiB more than this disk has free
     proc = subprocess.run(["make", f"VENV={venv}", f"VENV_GB={need}", f"{venv}/.requirements-installed"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
