@@ -28,21 +28,16 @@ TINY = ["--set", "hidden_size=8", "--set", "num_layers=1"]
 SWEEP_TIMEOUT = 900  # s: two busy cores, and Ray takes its time to start
 
 
-def start_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path, env: dict | None = None
-                ) -> subprocess.Popen:
-    """`python -m brnn_core sweep ARGS` in a new process group, output to `log` (`env` adds variables)."""
+@contextlib.contextmanager
+def sweep_process(args: list[str], runs_dir: Path, data_dir: Path, log: Path, env: dict | None = None):
+    """`python -m brnn_core sweep ARGS` in a new process group, output to `log` (`env` adds variables), for a `with`
+    block: whatever ends the block (a failed wait, an assertion), a sweep still running then is ended with its
+    process group, so no Ray of a failed test outlives it."""
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(runs_dir),
+        proc = subprocess.Popen([sys.executable, "-m", "brnn_core", "sweep", "--runs-dir", str(runs_dir),
                                  "--data-dir", str(data_dir), *map(str, args)], cwd=REPO,
                                 env={**cli_env(runs_dir, data_dir), **(env or {})}, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-
-
-@contextlib.contextmanager
-def sweep_process(args: list[str], runs_dir: Path, data_dir: Path, log: Path, env: dict | None = None):
-    """`start_sweep` for a `with` block: whatever ends the block (a failed wait, an assertion), a sweep still running
-    then is ended with its process group, so no Ray of a failed test outlives it."""
-    proc = start_sweep(args, runs_dir, data_dir, log, env)
     try:
         yield proc
     finally:
@@ -96,9 +91,9 @@ def finish(proc: subprocess.Popen, log: Path, timeout: float = SWEEP_TIMEOUT) ->
 
 def run_sweep(args: list[str], runs_dir: Path, data_dir: Path, log: Path) -> tuple[int, str, Descendants]:
     """Run a sweep to its end; returns (exit code, output, the Ray processes it had)."""
-    proc = start_sweep(args, runs_dir, data_dir, log)
-    watch = Descendants.watching(proc.pid)
-    code, out = finish(proc, log)
+    with sweep_process(args, runs_dir, data_dir, log) as proc:
+        watch = Descendants.watching(proc.pid)
+        code, out = finish(proc, log)
     watch.done.set()
     return code, out, watch
 
