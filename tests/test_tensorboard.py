@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -105,6 +106,9 @@ def test_a_resume_purges_the_steps_after_its_checkpoint(runs_dir):
     for step in range(1, 11):
         run.log_metric(step=step, epoch=step / 8, split="train", loss=2.0, lr=0.01, elapsed_s=step)
     TensorBoardLog(run).close()  # the first worker's file, steps 1..10
+    # ... made by another process in the second the resume starts in, under a process id that sorts later
+    (first,) = run.path.glob("events.out.tfevents.*")
+    first.rename(first.with_name(f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.9999999.1"))
     drop_metrics_after(run, 6)  # the resume from a checkpoint at step 6 (warmstart), then its Recorder's log
     resumed = TensorBoardLog(run)
     for step in range(7, 10):

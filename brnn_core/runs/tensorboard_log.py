@@ -190,6 +190,7 @@ class TensorBoardLog:
         self.offsets = {s.name: 0 if fresh else _size(self.run.path / s.name) for s in SOURCES}
         if not fresh:
             self.step = _last_step(run)
+            _wait_to_sort_last(self.target)
         self.writer = summary_writer(self.target, flush_secs=FLUSH_S,
                                      **({} if fresh else {"purge_step": self.step + 1}))
         if fresh:
@@ -238,6 +239,26 @@ class TensorBoardLog:
         """Mirror what is left and close the event file (the run ended, or its worker is leaving it)."""
         self.follow()
         self.writer.close()
+
+
+def _wait_to_sort_last(folder: Path) -> None:
+    """Wait until a new event file's name sorts after every one in `folder` (at most a second).
+
+    TensorBoard reads a folder's event files in name order, so a resume's file, whose first record purges the
+    steps after its checkpoint, must come after the earlier files or those steps come back. The name begins with
+    the second the file is made in; within one second it goes on with host, process id and a counter, compared
+    as text (pid 10000 sorts before pid 9999), so only a later second is sure to sort last."""
+    newest = max((_second_made(path) for path in folder.glob(EVENT_FILES)), default=0)
+    wait = newest + 1 - time.time()
+    if 0 < wait <= 1:  # more would mean an earlier file from the future (a clock set back): waiting cannot help
+        time.sleep(wait)
+
+
+def _second_made(path: Path) -> int:
+    try:
+        return int(path.name.split(".")[3])  # events.out.tfevents.<second>.<host>.<pid>.<counter>
+    except (IndexError, ValueError):
+        return 0
 
 
 def _size(path: Path) -> int:
