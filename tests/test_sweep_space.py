@@ -375,3 +375,44 @@ def test_a_starting_checkpoint_is_checked_once_before_any_trial(tmp_path):
                                              "from that checkpoint"):
             plan_sweep(SweepRequest(search=[search], sets=fits), tmp_path / "runs", tmp_path / "data")
     assert not (tmp_path / "runs").exists()  # refused before anything was written
+
+
+def test_tune_logs_a_traceback_only_for_a_failure_no_line_of_ours_reported():
+    """A stopped trial (TrialStopped) and a node without the shared folders (SweepError) each get one line from the
+    sweep's callback, so Tune's traceback for them and its closing "Trials did not complete" are dropped; any other
+    failure keeps its traceback. Through Tune's own loggers, with the exceptions as Ray hands them to Tune."""
+    import logging
+    import os
+    from unittest import mock
+
+    from ray.exceptions import RayTaskError  # Ray loads for this test alone: the others here stay Ray-free
+
+    from brnn_core.sweep.runner import prepare_env
+    from brnn_core.sweep.trial import TrialStopped
+
+    class Kept(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    with mock.patch.dict(os.environ):  # the Ray settings it also makes stay out of this worker's later tests
+        prepare_env(None)
+    controller, tune_log = logging.getLogger("ray.tune.execution.tune_controller"), logging.getLogger("ray.tune.tune")
+    kept = Kept()  # on the loggers themselves: Ray's "ray" logger does not hand records on to the root's handlers
+    causes = {"stopped": TrialStopped("t00 stopped at step 80"), "no folder": SweepError("node n does not see it"),
+              "a bug": ValueError("boom")}
+    for logger in (controller, tune_log):
+        logger.addHandler(kept)
+    try:
+        for name, cause in causes.items():
+            error = RayTaskError("train", "Traceback (most recent call last): ...", cause).as_instanceof_cause()
+            controller.error(f"Trial task failed for trial {name}", exc_info=error)
+        tune_log.error("Trials did not complete: %s", ["t00", "t01"])
+    finally:
+        for logger in (controller, tune_log):
+            logger.removeHandler(kept)
+    assert [r.getMessage() for r in kept.records] == ["Trial task failed for trial a bug"]
+    assert kept.records[0].exc_info[1].cause.args == ("boom",)

@@ -71,18 +71,25 @@ def prepare_env(address: str | None) -> None:
         # with `ray start` asks for the token: send it with no extra step. RAY_AUTH_MODE=disabled is respected.
         os.environ["RAY_AUTH_MODE"] = "token"
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)  # Tune's result files
-    controller = logging.getLogger("ray.tune.execution.tune_controller")
-    if not any(isinstance(f, SaidAlready) for f in controller.filters):
-        controller.addFilter(SaidAlready())
+    for name in ("ray.tune.execution.tune_controller", "ray.tune.tune"):
+        tune_logger = logging.getLogger(name)
+        if not any(isinstance(f, SaidAlready) for f in tune_logger.filters):
+            tune_logger.addFilter(SaidAlready())
 
 
 class SaidAlready(logging.Filter):
-    """Drops Tune's traceback for a trial that failed with a SweepError (a node without the shared folders,
-    cluster.require_shared): the callback prints that trial's one-line message and records it in its run;
-    Ray's RayTaskError for it is also an instance of the cause's class. Every other failure keeps its traceback."""
+    """Drops what Tune logs about trials our callback has already reported in one line and recorded in their
+    runs: the traceback of a trial that failed with a SweepError (a node without the shared folders,
+    cluster.require_shared) or ended with TrialStopped (a Stop, the time budget, Ctrl-C: not an error to the user),
+    and Tune's closing "Trials did not complete" (the driver's `trials:` line counts them). Ray's RayTaskError for
+    a trial is also an instance of the cause's class. Every other failure keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], SweepError))
+        from brnn_core.sweep.trial import TrialStopped  # imports ray: loaded once Tune runs, not before prepare_env
+
+        if record.exc_info and isinstance(record.exc_info[1], (SweepError, TrialStopped)):
+            return False
+        return not str(record.msg).startswith("Trials did not complete")
 
 
 def ray_dir_for(sweep_dir: Path) -> Path:
