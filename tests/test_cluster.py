@@ -178,13 +178,14 @@ LATE_NODE = """
 driver=$!
 for i in $(seq 1 1200); do grep -qs ",val," {runs}/*-t00/metrics.csv && break; sleep 0.5; done
 # Tune hands a trial's Ray worker to the waiting trial the moment that trial ends (reuse_actors): t00 is paused
-# (the Train page's Pause) so that it holds the shared node's CPU until t01 went to the late node's own worker
+# (the Train page's Pause) so that it holds the shared node's CPU until t01 went to the late node's own worker. Its
+# epochs are more than it can train before a pause sent from a new process lands on a busy machine; Stop ends it.
 send() {{ {py} -c "import sys; from brnn_core.runs.rundir import Run; Run(sys.argv[1]).send_command(sys.argv[2])" \
   {runs}/*-t00 "$1"; }}
 send pause
 {node}
 for i in $(seq 1 480); do grep -qs "t01 failed" {out}/late.log && break; sleep 0.5; done
-send resume
+send stop
 wait $driver
 ps -eo pid,args | grep "brnn_core sweep" | grep -v grep > {out}/late.left || true
 """
@@ -193,10 +194,11 @@ ps -eo pid,args | grep "brnn_core sweep" | grep -v grep > {out}/late.left || tru
 @needs_namespaces
 def test_a_node_that_joins_after_the_check_and_cannot_see_the_runs_folder_fails_its_trial(cluster):
     """The check passed with one shared 1-CPU node; the second trial waits for room, and a node without the
-    runs folder joins: that trial ends `failed` with the advice, recorded on this machine, and writes nowhere."""
+    runs folder joins: that trial ends `failed` with the advice, recorded on this machine, and writes nowhere. The
+    first, paused meanwhile, is then stopped (last.pt kept) and the sweep ends."""
     out, runs, data = cluster
     port = free_port()
-    args = " ".join([*SWEEP, "--set", "epochs=40", "--search", "lr=grid:0.01,0.003", "--concurrency", "2",
+    args = " ".join([*SWEEP, "--set", "epochs=1000", "--search", "lr=grid:0.01,0.003", "--concurrency", "2",
                      "--address", f"127.0.0.1:{port}"])
     late = node(port, out, wrap=PRIVATE_RUNS.format(runs=runs), log="late-node")
     script = (HEAD.format(ray=RAY, port=port, cpus=0, out=out)
@@ -208,7 +210,7 @@ def test_a_node_that_joins_after_the_check_and_cannot_see_the_runs_folder_fails_
     info = only_sweep(runs)
     status = {rid: json.loads((runs / rid / "status.json").read_text()) for rid in info["trials"]}
     first, second = (status[rid] for rid in sorted(status))
-    assert first["state"] == "finished", first
+    assert first["state"] == "stopped" and (runs / sorted(status)[0] / "checkpoints" / "last.pt").is_file(), first
     assert second["state"] == "failed", second
     assert "does not see the sweep folder" in second["message"] and "NFS" in second["message"], second
     assert "ray_node" not in second  # it never trained: the driver wrote its record
