@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, free_port, write_sample_as_idx
 
+from brnn_core.runs.rundir import Run
+
 pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 RAY = Path(sys.executable).with_name("ray")
@@ -209,8 +211,9 @@ def test_a_node_that_joins_after_the_check_and_cannot_see_the_runs_folder_fails_
     assert "cluster check: 1 node " in log, log[-3000:]
     info = only_sweep(runs)
     status = {rid: json.loads((runs / rid / "status.json").read_text()) for rid in info["trials"]}
-    first, second = (status[rid] for rid in sorted(status))
-    assert first["state"] == "stopped" and (runs / sorted(status)[0] / "checkpoints" / "last.pt").is_file(), first
+    first_id, second_id = sorted(status)
+    first, second = status[first_id], status[second_id]
+    assert first["state"] == "stopped" and Run(runs / first_id).last_ckpt.is_file(), first
     assert second["state"] == "failed", second
     assert "does not see the sweep folder" in second["message"] and "NFS" in second["message"], second
     assert "ray_node" not in second  # it never trained: the driver wrote its record
