@@ -14,7 +14,16 @@ from brnn_core.cli import main
 from brnn_core.config import TrainConfig
 from brnn_core.sweep.plan import SweepRequest, plan_sweep
 from brnn_core.sweep.records import trial_run_id
-from brnn_core.sweep.space import SearchSpec, SweepError, parse_search, parse_spec, to_mutation, to_tune, trial_count
+from brnn_core.sweep.space import (
+    SearchSpec,
+    SweepError,
+    TrialStopped,
+    parse_search,
+    parse_spec,
+    to_mutation,
+    to_tune,
+    trial_count,
+)
 
 BASE = TrainConfig(dataset="mnist-sample", device="cpu").to_dict()
 
@@ -388,7 +397,6 @@ def test_tune_logs_a_traceback_only_for_a_failure_no_line_of_ours_reported():
     from ray.exceptions import RayTaskError  # Ray loads for this test alone: the others here stay Ray-free
 
     from brnn_core.sweep.runner import prepare_env
-    from brnn_core.sweep.trial import TrialStopped
 
     class Kept(logging.Handler):
         def __init__(self):

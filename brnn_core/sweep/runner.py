@@ -38,7 +38,7 @@ from brnn_core.sweep.records import (
     trial_number,
     write_best_config,
 )
-from brnn_core.sweep.space import SweepError
+from brnn_core.sweep.space import SweepError, TrialStopped
 from brnn_core.text import plural
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,8 +85,6 @@ class SaidAlready(logging.Filter):
     a trial is also an instance of the cause's class. Every other failure keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from brnn_core.sweep.trial import TrialStopped  # imports ray: loaded once Tune runs, not before prepare_env
-
         if record.exc_info and isinstance(record.exc_info[1], (SweepError, TrialStopped)):
             return False
         return not str(record.msg).startswith("Trials did not complete")

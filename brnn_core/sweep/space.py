@@ -39,6 +39,11 @@ class SweepError(ValueError):
     """A sweep that cannot start; the message names the key or option and what to change."""
 
 
+class TrialStopped(RuntimeError):
+    """A trial stopped with its sweep (not by its scheduler): Tune records it as not finished. Here, beside
+    SweepError and away from Ray, so the driver's log filter can name it before Ray is imported."""
+
+
 @dataclass(frozen=True)
 class SearchSpec:
     """One searched field: `kind` and either the listed `values` or the range `low`..`high`."""

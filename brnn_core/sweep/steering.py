@@ -176,7 +176,7 @@ class SweepStopper(Stopper):
 
     def stop_all(self) -> bool:
         """Once every trial that was running has ended by itself: a trial stopped with the sweep then ends as
-        unfinished to Tune (trial.TrialStopped), so `sweep --resume` trains it on; ending the experiment
+        unfinished to Tune (space.TrialStopped), so `sweep --resume` trains it on; ending the experiment
         earlier would record it as terminated."""
         if not self.control.stop_requested() or self.control.training():
             return False
@@ -235,7 +235,7 @@ class SweepCallback(Callback):
     def wait_for_restored(self, trials) -> None:
         """A trial that has trained before (a resumed sweep's) and that Tune has not launched yet is waited for too:
         were the experiment ended now, Tune would record it as terminated and no later `sweep --resume` would train
-        it on; launched, it sees the stop and ends unfinished (trial.TrialStopped)."""
+        it on; launched, it sees the stop and ends unfinished (space.TrialStopped)."""
         pending = {t.trial_id for t in trials if t.status == "PENDING" and t.trial_id not in self.running
                    and self.control.run_of(t.trial_id).exists()}
         if pending:
@@ -314,7 +314,7 @@ class SweepCallback(Callback):
 
 
 def never_started(error: str) -> bool:
-    """True for a trial that did not start because its sweep was stopping (trial.TrialStopped in Tune's error
+    """True for a trial that did not start because its sweep was stopping (space.TrialStopped in Tune's error
     file): unfinished to Tune, so `sweep --resume` starts it; nothing to record."""
     try:
         return "TrialStopped" in Path(error).read_text(errors="replace")

@@ -25,6 +25,7 @@ from brnn_core.runs.rundir import Run
 from brnn_core.states import State
 from brnn_core.sweep.cluster import require_shared
 from brnn_core.sweep.records import SCHEDULER_STOPS, Sweep, create_trial_run, trial_run_id
+from brnn_core.sweep.space import TrialStopped
 from brnn_core.training.session import TrainingSession
 from brnn_core.training.worker import train_run_dir
 
@@ -85,10 +86,6 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
         # `sweep --resume` trains it on from its last.pt (Tune restores only trials it did not see end)
         raise TrialStopped(f"{run.id} stopped with the sweep at step {run.stored_status().get('step')}; "
                            "`sweep --resume` continues it")
-
-
-class TrialStopped(RuntimeError):
-    """A trial stopped with its sweep (not by its scheduler): Tune records it as not finished."""
 
 
 @dataclass
