@@ -391,6 +391,7 @@ def test_tune_logs_a_traceback_only_for_a_failure_no_line_of_ours_reported():
     sweep's callback, so Tune's traceback for them and its closing "Trials did not complete" are dropped; any other
     failure keeps its traceback. Through Tune's own loggers, with the exceptions as Ray hands them to Tune."""
     import logging
+    import logging.handlers
     import os
     from unittest import mock
 
@@ -398,18 +399,12 @@ def test_tune_logs_a_traceback_only_for_a_failure_no_line_of_ours_reported():
 
     from brnn_core.sweep.runner import prepare_env
 
-    class Kept(logging.Handler):
-        def __init__(self):
-            super().__init__()
-            self.records = []
-
-        def emit(self, record):
-            self.records.append(record)
-
     with mock.patch.dict(os.environ):  # the Ray settings it also makes stay out of this worker's later tests
         prepare_env(None)
     controller, tune_log = logging.getLogger("ray.tune.execution.tune_controller"), logging.getLogger("ray.tune.tune")
-    kept = Kept()  # on the loggers themselves: Ray's "ray" logger does not hand records on to the root's handlers
+    # on the loggers themselves: Ray's "ray" logger does not hand records on to the root's handlers; a capacity
+    # far above the few records here, as a full BufferingHandler empties itself
+    kept = logging.handlers.BufferingHandler(capacity=100)
     causes = {"stopped": TrialStopped("t00 stopped at step 80"), "no folder": SweepError("node n does not see it"),
               "a bug": ValueError("boom")}
     for logger in (controller, tune_log):
@@ -422,5 +417,5 @@ def test_tune_logs_a_traceback_only_for_a_failure_no_line_of_ours_reported():
     finally:
         for logger in (controller, tune_log):
             logger.removeHandler(kept)
-    assert [r.getMessage() for r in kept.records] == ["Trial task failed for trial a bug"]
-    assert kept.records[0].exc_info[1].cause.args == ("boom",)
+    assert [r.getMessage() for r in kept.buffer] == ["Trial task failed for trial a bug"]
+    assert kept.buffer[0].exc_info[1].cause.args == ("boom",)
