@@ -1,6 +1,6 @@
 """TensorBoard event files (brnn_core.runs.tensorboard_log), read back with TensorBoard's own reader: what a run
-writes while it trains, a resume's purge, `--set tensorboard=false`, a machine without the package, and
-`runs export --format tensorboard` for runs made without them."""
+writes while it trains, a resume's purge, `--set tensorboard=false`, a machine without the package, an event file
+that can no longer be written, and `runs export --format tensorboard` for runs made without them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+import torch
 from helpers import REPO, SMALL_MODEL, TINY, cli_env, copy_run, make_run, train_run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
@@ -19,11 +20,13 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 from brnn_core.cli import main
+from brnn_core.config import TrainConfig
 from brnn_core.fileio import append_line
 from brnn_core.runs.gradient_flow import GradientFlowRecord, read_gradient_flow
 from brnn_core.runs.index import RunIndex, seed_group
 from brnn_core.runs.rundir import Run
 from brnn_core.runs.tensorboard_log import TensorBoardLog, has_events
+from brnn_core.training.recorder import Recorder
 from brnn_core.training.warmstart import drop_metrics_after
 
 ONE_EPOCH = {"epochs": 1, "drawn_share": 0.0}  # TINY: 8 steps of 512 digits
@@ -282,3 +285,38 @@ def test_a_failed_event_file_write_is_one_error_in_the_caller_and_no_traceback(t
     with pytest.raises(OSError):
         writer.close()
     assert escaped == []
+
+
+def recorder_with_a_broken_event_file(run: Run) -> Recorder:
+    """A Recorder for `run` whose event file can no longer be written (a folder, for root too), as a runs folder
+    made read-only or a full disk leaves it mid-run."""
+    model = torch.nn.Linear(1, 1)
+    recorder = Recorder(run, TrainConfig.from_dict(run.config()["train"]), model,
+                        torch.optim.SGD(model.parameters(), lr=0.01), classes=[str(d) for d in range(10)],
+                        steps_per_epoch=8)
+    (event_file,) = run.path.glob("events.out.tfevents.*")
+    event_file.unlink()
+    event_file.mkdir()
+    run.log_metric(step=1, epoch=1 / 8, split="train", loss=2.0, lr=0.01, elapsed_s=1.0)
+    return recorder
+
+
+def test_an_event_file_that_cannot_be_written_stops_the_mirror_with_one_warning(runs_dir):
+    run = make_run(runs_dir, base=TINY)
+    recorder = recorder_with_a_broken_event_file(run)
+    recorder.mirror()
+    recorder.close()
+    assert recorder.tensorboard is None
+    (warning,) = [e for e in run.events() if e["kind"] == "warning"]
+    assert warning["message"].startswith("TensorBoard files stop here (") and "own files go on" in warning["message"]
+
+
+def test_closing_a_recorder_whose_folder_takes_no_writes_at_all_does_not_raise(runs_dir):
+    """The worker closes its Recorder after it recorded the run's end (or failed to); with events.jsonl as
+    unwritable as the event file, the TensorBoard warning is lost, but the error must not hide how the run ended."""
+    run = make_run(runs_dir, base=TINY)
+    recorder = recorder_with_a_broken_event_file(run)
+    run.events_path.unlink(missing_ok=True)
+    run.events_path.mkdir()
+    recorder.close()
+    assert recorder.tensorboard is None

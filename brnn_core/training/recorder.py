@@ -8,6 +8,7 @@ it, so every run leaves the same files and the dashboard shows them all alike.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -121,5 +122,9 @@ class Recorder:
             getattr(self.tensorboard, action)()
         except Exception as exc:  # noqa: BLE001 - optional files: a failure to write them never ends a run
             step, self.tensorboard = self.tensorboard.step, None
-            self.run.log_event("warning", f"TensorBoard files stop here ({type(exc).__name__}: {exc}); the run's "
-                                          "own files go on", step=step)
+            # A folder that refuses the event file (read-only, full) often refuses events.jsonl too. Then the run's
+            # own next write ends it and says why; this warning must not raise in its place: close() runs in the
+            # worker's clean-up, after the run's end was recorded, and an error there would hide that end.
+            with contextlib.suppress(OSError):
+                self.run.log_event("warning", f"TensorBoard files stop here ({type(exc).__name__}: {exc}); the "
+                                              "run's own files go on", step=step)
