@@ -242,9 +242,13 @@ def test_a_runs_folder_made_read_only_mid_run_says_why_the_run_stopped(runs_dir,
         wait_for(lambda: list_runs(runs_dir) and (list_runs(runs_dir)[0].status().get("step") or 0) >= 1,
                  300, "the run's first step", proc=proc)
         run = list_runs(runs_dir)[0]
+        # Made read-only aside, then moved over the runs folder in one step: a remount in place fails (busy) when
+        # the CLI opens a file for writing through the new bind mount in between.
+        aside = runs_dir.parent / "read-only-aside"
+        aside.mkdir()
         subprocess.run(["nsenter", "-t", str(proc.pid), "-m", "sh", "-c",
-                        f'mount --bind "{runs_dir}" "{runs_dir}" && mount -o remount,bind,ro "{runs_dir}"'],
-                       check=True, timeout=30)
+                        f'mount --bind "{runs_dir}" "{aside}" && mount -o remount,bind,ro "{aside}" && '
+                        f'mount --move "{aside}" "{runs_dir}"'], check=True, timeout=30)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
