@@ -200,12 +200,17 @@ def draw_and_predict(predictor: Predictor, checkpoint: str) -> None:
             st.plotly_chart(charts.probabilities_figure(assessment.probs, predictor.classes), key="probs",
                             on_select="ignore")
 
-    if x is not None:
-        explain = Explanations(checkpoint, x.numpy())
-        reading_section(predictor, x.numpy(), top, explain)
-        show_directions(predictor, x.numpy(), top, explain)
-        inside_panel(predictor, x.numpy(), top, checkpoint, data_dir, explain)
-        explain.wait()
+    # The explanations in one container, there in every run: what they add at this level changes from run to run
+    # (the poll below while they are worked out, nothing once they are drawn), and the save buttons after them must
+    # keep their place. Streamlit keeps the previous run's elements until a run ends, so a row of buttons that moved
+    # showed twice until the rest of the page was drawn.
+    with st.container():
+        if x is not None:
+            explain = Explanations(checkpoint, x.numpy())
+            reading_section(predictor, x.numpy(), top, explain)
+            show_directions(predictor, x.numpy(), top, explain)
+            inside_panel(predictor, x.numpy(), top, checkpoint, data_dir, explain)
+            explain.wait()
 
     st.subheader("Teach it your handwriting")
     if x is not None:

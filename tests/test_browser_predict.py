@@ -1,4 +1,5 @@
-"""The Predict page follows the canvas as drawn, in a real browser: a digit drawn in two quick strokes.
+"""The Predict page follows the canvas as drawn, in a real browser: a digit drawn in two quick strokes, and the
+save buttons stay one row while each drawing's explanations arrive.
 
 A stroke's rerun computes the model input and the answer only; the explanations are worked out in the background
 (ui/explaining.py), so the second stroke's rerun never waits behind the first one's integrated gradients. The
@@ -16,13 +17,16 @@ import io
 
 import numpy as np
 import pytest
-from browser_helpers import wait_js
+from browser_helpers import draw_stroke, wait_js
 from browser_server import browser_page, require_browser, start_server, stop_server
 from helpers import copy_run, wait_for
 from PIL import Image
 
-from benchmarks.stroke_to_prediction import CANVAS, DRAWN, FOUR, SETTLED_JS, draw, record, recorded
+from benchmarks.stroke_to_prediction import CANVAS, DRAWN, FOUR, SETTLED_JS, draw, four, record, recorded
 from brnn_core.charts import READING_TITLE
+from brnn_core.data.datasets import MNIST_CLASSES
+from brnn_core.data.drawings import save_drawing
+from brnn_core.data.strokes import render
 from brnn_core.inference.predictor import Predictor
 
 try:
@@ -41,12 +45,25 @@ READING_INPUT_JS = f"""() => {{
         && String(p._fullLayout.title.text).includes({READING_TITLE!r}));
     return p ? p._fullData[0].z.map(row => Array.from(row)) : null;
 }}"""
+# From now on, the most rows of save buttons on the page at once (counted by their visible button "1"; each button
+# has a hidden twin for narrow screens)
+WATCH_SAVE_ROWS_JS = """() => {
+    window.__saveRows = 0;
+    const rows = () => [...document.querySelectorAll('button')]
+        .filter(b => b.innerText.trim() === '1' && b.checkVisibility()).length;
+    new MutationObserver(() => { window.__saveRows = Math.max(window.__saveRows, rows()); })
+        .observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+}"""
+SAVED = 64  # drawings saved before the server starts: their listing is drawn after the canvas, on every page run
 
 
 @pytest.fixture(scope="module")
-def server(finished, tmp_path_factory):
+def server(finished, sample, tmp_path_factory):
     root = tmp_path_factory.mktemp("predict-walk")
     copy_run(finished, root / "runs")
+    rng = np.random.default_rng(0)
+    for k in range(SAVED):
+        save_drawing(root / "data", render(sample.train_x[k].numpy(), rng), int(sample.train_y[k]), MNIST_CLASSES)
     srv = start_server(root / "runs", root / "data", root / "server.log")
     yield srv
     stop_server(srv)
@@ -94,3 +111,25 @@ def test_two_quick_strokes_show_the_final_drawings_input_and_answer(server, fini
         # the final answer came first, its explanations after: they never held a stroke's answer back
         assert any(s["src"] and s["src"].endswith(src.rsplit("/", 1)[-1]) and s["verdict"] == expected and s["working"]
                    for s in states), states[-5:]
+
+
+def test_the_save_buttons_stay_one_row_while_the_explanations_arrive(server, tmp_path):
+    """A drawing's run shows notes where its explanations go, and a poll; the run once they are ready draws them
+    instead. The save buttons below must not move between the two: Streamlit keeps the old row until the later run
+    ends, here after listing the saved drawings, so a row that moved showed twice (and a click on "1" was ambiguous).
+    Three drawings, each explained after its run."""
+    with browser_page(tmp_path / "last.png", T) as page:
+        page.goto(f"{server.url}/predict")
+        expect(page.locator(CANVAS)).to_be_visible()
+        page.evaluate(WATCH_SAVE_ROWS_JS)
+        # the browser's CPU slowed 6x (DevTools' throttling), as on a busy machine: a moved row shows twice only while
+        # the browser is still drawing the later run's elements
+        page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
+        for k in range(3):
+            page.get_by_role("button", name="Clear").click()
+            expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.")).to_be_visible()
+            for stroke in four(k + 1):  # on the fresh canvas, once it is there
+                draw_stroke(page, stroke)
+            wait_js(page, SETTLED_JS, timeout=T)
+            wait_js(page, "() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=T)  # run ended
+        assert page.evaluate("() => window.__saveRows") == 1
