@@ -22,7 +22,7 @@ from browser_server import browser_page, require_browser, start_server, stop_ser
 from helpers import copy_run, wait_for
 from PIL import Image
 
-from benchmarks.stroke_to_prediction import CANVAS, DRAWN, FOUR, SETTLED_JS, draw, four, record, recorded
+from benchmarks.stroke_to_prediction import CANVAS, DRAWN, FOUR, SETTLED_JS, draw, record, recorded
 from brnn_core.charts import READING_TITLE
 from brnn_core.data.datasets import MNIST_CLASSES
 from brnn_core.data.drawings import save_drawing
@@ -54,6 +54,8 @@ WATCH_SAVE_ROWS_JS = """() => {
     new MutationObserver(() => { window.__saveRows = Math.max(window.__saveRows, rows()); })
         .observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
 }"""
+INPUT = "[data-testid=stImage] img"  # the first image: the 28x28 input, above the saved drawings
+MORE_INK = ([(60, 235), (220, 235)], [(60, 25), (220, 25)], [(30, 40), (30, 240)], [(250, 40), (250, 240)])
 SAVED = 64  # drawings saved before the server starts: their listing is drawn after the canvas, on every page run
 
 
@@ -117,7 +119,7 @@ def test_the_save_buttons_stay_one_row_while_the_explanations_arrive(server, tmp
     """A drawing's run shows notes where its explanations go, and a poll; the run once they are ready draws them
     instead. The save buttons below must not move between the two: Streamlit keeps the old row until the later run
     ends, here after listing the saved drawings, so a row that moved showed twice (and a click on "1" was ambiguous).
-    Three drawings, each explained after its run."""
+    Five drawings on one canvas (a 4, then a stroke more each time), each explained after its run."""
     with browser_page(tmp_path / "last.png", T) as page:
         page.goto(f"{server.url}/predict")
         expect(page.locator(CANVAS)).to_be_visible()
@@ -125,11 +127,14 @@ def test_the_save_buttons_stay_one_row_while_the_explanations_arrive(server, tmp
         # the browser's CPU slowed 6x (DevTools' throttling), as on a busy machine: a moved row shows twice only while
         # the browser is still drawing the later run's elements
         page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
-        for k in range(3):
-            page.get_by_role("button", name="Clear").click()
-            expect(page.get_by_text("Draw a digit on the canvas to see what the model predicts.")).to_be_visible()
-            for stroke in four(k + 1):  # on the fresh canvas, once it is there
+        shown = None
+        for strokes in (FOUR, *((points,) for points in MORE_INK)):
+            for stroke in strokes:
                 draw_stroke(page, stroke)
+            if shown:  # the 28x28 input shown is this drawing's
+                wait_js(page, f"(src) => document.querySelector({INPUT!r}).getAttribute('src') !== src", arg=shown,
+                        timeout=T)
             wait_js(page, SETTLED_JS, timeout=T)
             wait_js(page, "() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=T)  # run ended
+            shown = page.locator(INPUT).first.get_attribute("src")
         assert page.evaluate("() => window.__saveRows") == 1
