@@ -501,3 +501,14 @@ def walk_runs_and_train_pages(ids: set[str]) -> None:
         no_exception(at, run_id)
     at.switch_page("pages/train.py").run()
     no_exception(at)
+
+
+def save_rendered(data_dir, sample, n: int) -> list:
+    """n canvas-like drawings of real training digits (benchmarks/drawn_digits.py's brush), saved with labels."""
+    from brnn_core.data.datasets import MNIST_CLASSES
+    from brnn_core.data.drawings import save_drawing
+    from brnn_core.data.strokes import render
+
+    rng = np.random.default_rng(0)
+    return [save_drawing(data_dir, render(sample.train_x[k].numpy(), rng), int(sample.train_y[k]), MNIST_CLASSES,
+                         now=1_767_225_600.0 + k) for k in range(n)]

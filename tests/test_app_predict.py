@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-from helpers import copy_run, no_exception, open_page, rerun_until
+from helpers import copy_run, no_exception, open_page, rerun_until, save_rendered
 from streamlit.testing.v1 import AppTest
 
 from brnn_core.config import TrainConfig
@@ -69,17 +68,6 @@ def test_damaged_checkpoint_shows_an_error_not_a_traceback(dirs, finished):
 
 
 # ------------------------------------------------------------------ my drawings
-def save_rendered(data_dir, sample, n: int) -> list:
-    """n canvas-like drawings of real training digits (benchmarks/drawn_digits.py's brush), saved with labels."""
-    from brnn_core.data.datasets import MNIST_CLASSES
-    from brnn_core.data.drawings import save_drawing
-    from brnn_core.data.strokes import render
-
-    rng = np.random.default_rng(0)
-    return [save_drawing(data_dir, render(sample.train_x[k].numpy(), rng), int(sample.train_y[k]), MNIST_CLASSES,
-                         now=1_767_225_600.0 + k) for k in range(n)]
-
-
 def test_no_drawings_yet_says_how_to_save_one(dirs, finished):
     runs_dir, _ = dirs
     copy_run(finished, runs_dir)

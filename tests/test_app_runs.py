@@ -6,7 +6,7 @@ import os
 import time
 
 import psutil
-from helpers import copy_run, no_exception, open_page, rerun_until
+from helpers import copy_run, no_exception, open_page, rerun_until, save_rendered
 from streamlit.testing.v1 import AppTest
 
 
@@ -116,7 +116,6 @@ def test_an_active_run_cannot_be_deleted(dirs, finished):
 
 def test_table_scores_each_run_on_my_drawings(dirs, finished, sample):
     """From 10 saved drawings on, each run's best.pt is scored on them (a column of the table)."""
-    from test_app_predict import save_rendered
 
     from brnn_core.inference.scores import checkpoint_accuracy
 
@@ -139,7 +138,6 @@ def test_table_scores_each_run_on_my_drawings(dirs, finished, sample):
 def test_report_of_a_run_fine_tuned_on_my_drawings(dirs, finished, sample):
     """A real fine-tuning run (weights from the finished run, drawings mixed in): its report says before/after."""
     from helpers import train_run
-    from test_app_predict import save_rendered
 
     runs_dir, data_dir = dirs
     save_rendered(data_dir, sample, 15)

@@ -19,14 +19,11 @@ import numpy as np
 import pytest
 from browser_helpers import draw_stroke, wait_js
 from browser_server import browser_page, require_browser, start_server, stop_server
-from helpers import copy_run, wait_for
+from helpers import copy_run, save_rendered, wait_for
 from PIL import Image
 
 from benchmarks.stroke_to_prediction import CANVAS, DRAWN, FOUR, SETTLED_JS, draw, record, recorded
 from brnn_core.charts import READING_TITLE
-from brnn_core.data.datasets import MNIST_CLASSES
-from brnn_core.data.drawings import save_drawing
-from brnn_core.data.strokes import render
 from brnn_core.inference.predictor import Predictor
 
 try:
@@ -63,9 +60,7 @@ SAVED = 64  # drawings saved before the server starts: their listing is drawn af
 def server(finished, sample, tmp_path_factory):
     root = tmp_path_factory.mktemp("predict-walk")
     copy_run(finished, root / "runs")
-    rng = np.random.default_rng(0)
-    for k in range(SAVED):
-        save_drawing(root / "data", render(sample.train_x[k].numpy(), rng), int(sample.train_y[k]), MNIST_CLASSES)
+    save_rendered(root / "data", sample, SAVED)
     srv = start_server(root / "runs", root / "data", root / "server.log")
     yield srv
     stop_server(srv)

@@ -9,13 +9,10 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
-from helpers import REPO, worker_env
+from helpers import REPO, save_rendered, worker_env
 
-from brnn_core.data.datasets import MNIST_CLASSES
-from brnn_core.data.drawings import MIN_FOR_ACCURACY, save_drawing
-from brnn_core.data.strokes import render
+from brnn_core.data.drawings import MIN_FOR_ACCURACY
 
 CHECKPOINTS = 40  # more than the scorer can finish before the process ends
 
@@ -41,9 +38,7 @@ SCRIPT = textwrap.dedent("""
 def test_a_process_that_ends_while_the_scorer_works_exits_cleanly(tmp_path, finished, sample):
     data_dir, folder = tmp_path / "data", tmp_path / "checkpoints"
     folder.mkdir()
-    rng = np.random.default_rng(0)
-    for k in range(MIN_FOR_ACCURACY):
-        save_drawing(data_dir, render(sample.train_x[k].numpy(), rng), int(sample.train_y[k]), MNIST_CLASSES)
+    save_rendered(data_dir, sample, MIN_FOR_ACCURACY)
     for i in range(CHECKPOINTS):
         shutil.copy(finished.best_ckpt, folder / f"c{i:02d}.pt")
     for attempt in range(3):
