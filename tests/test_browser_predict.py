@@ -101,7 +101,7 @@ def test_two_quick_strokes_show_the_final_drawings_input_and_answer(server, fini
         (x,) = wait_for(settled_on_the_canvas, T / 1000, "the page to settle on the final drawing", 0.25)
         expected = predictor.classes[predictor.assess(x).top]
         assert page.locator("[data-testid=stMetricValue]").inner_text() == expected
-        src = page.locator("[data-testid=stImage] img").first.get_attribute("src")
+        src = page.locator(INPUT).first.get_attribute("src")
         assert np.abs(shown_input(page, src) - x).max() < 0.1  # the image is a JPEG: close, not equal
 
         states, _ = recorded(page)
