@@ -11,7 +11,9 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from brnn_core.locks import try_lock
+from filelock import Timeout
+
+from brnn_core.locks import try_lock, wait_lock
 from brnn_core.runs.rundir import check_writable
 
 LOCK_NAME = ".worker.lock"
@@ -27,12 +29,19 @@ def busy_message(run_path: Path) -> str:
 
 
 @contextlib.contextmanager
-def hold(run_path: Path) -> Iterator[None]:
-    """Hold the run's lock for the block; RunBusy at once when another process holds it, RunError for a run
-    folder that leads out of its runs folder (nothing is locked through a link), LockError when its lock file
-    cannot be used (the message says how to mend it)."""
+def hold(run_path: Path, *, wait_s: float = 0.0) -> Iterator[None]:
+    """Hold the run's lock for the block; RunBusy when another holder keeps it (at once, or after waiting up to
+    `wait_s` seconds for it), RunError for a run folder that leads out of its runs folder (nothing is locked
+    through a link), LockError when its lock file cannot be used (the message says how to mend it)."""
     check_writable(run_path)
-    lock = try_lock(Path(run_path) / LOCK_NAME, Path(run_path).parent)
+    path, root = Path(run_path) / LOCK_NAME, Path(run_path).parent
+    if wait_s > 0:
+        try:
+            lock = wait_lock(path, root, timeout=wait_s)
+        except Timeout:
+            lock = None
+    else:
+        lock = try_lock(path, root)
     if lock is None:
         raise RunBusy(busy_message(run_path))
     try:

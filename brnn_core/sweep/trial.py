@@ -33,6 +33,12 @@ TUNE_MODEL = "model.pt"  # inside a Tune checkpoint: a copy of the trial's last.
 TUNE_META = "trial.json"  # which run and step it came from
 DONOR_FILE = ".pbt-donor.pt"  # where an exploited trial puts the donor's weights until restored
 FINAL_STATES = (State.FINISHED, State.FAILED, State.DIVERGED)
+# Tune parks a paused trial's thread inside `tune.report`, in an actor it keeps for reuse, and ends that thread
+# only when it reuses or drops the actor; the thread holds the run's worker lock until then. When the trial starts
+# again on another actor first, it waits for that thread: the old one's last write ('queued') then comes before
+# the new one's first. Tune ends such a thread within moments (its paused trials are what reuse the actors), so
+# a run still busy after this long is trained by someone else.
+PARKED_THREAD_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,8 @@ def train_trial(config: dict, setup: TrialSetup) -> None:
         state = train_run_dir(run, data_dir=Path(setup.data_dir), resume=plan.resume, resume_from=plan.source,
                              before_start=plan.before_start, after_epoch=Reporter(run, setup),
                              handoff=(setup.driver_pid, setup.driver_started),  # Tune may end the thread
-                             status_fields={"ray_node": ray.get_runtime_context().get_node_id()})
+                             status_fields={"ray_node": ray.get_runtime_context().get_node_id()},
+                             lock_wait_s=PARKED_THREAD_WAIT_S)
     finally:
         if plan.source is not None:
             plan.source.unlink(missing_ok=True)

@@ -68,7 +68,7 @@ def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Pr
                   after_epoch: Callable[[int, dict], None] | None = None, resume_from: Path | None = None,
                   before_start: Callable[[TrainingSession], None] | None = None,
                   handoff: tuple[int, float] | None = None, status_fields: dict | None = None,
-                  device: str | None = None) -> str:
+                  device: str | None = None, lock_wait_s: float = 0.0) -> str:
     """Train the run described by run/config.json in this process, now (no queue: a sweep trial runs in its
     sweep's turn); returns the final state.
 
@@ -76,8 +76,8 @@ def train_run_dir(run: Run, *, data_dir: Path, resume: bool = False, printer: Pr
     better trial's weights); `before_start(session)` runs once restored, before the first step (where PBT
     applies its new lr: the restored optimizer state brought back the old one); `status_fields` go into
     the first status write (a trial's `ray_node`); `device` takes the place of the config's. Raises RunBusy,
-    having written nothing, while another process trains the run (its worker lock)."""
-    with worker_lock.hold(run.path):
+    having written nothing, while another holder keeps the run's worker lock (for up to `lock_wait_s` seconds)."""
+    with worker_lock.hold(run.path, wait_s=lock_wait_s):
         me = psutil.Process(os.getpid())
         identity = {"state": State.LOADING, "pid": me.pid, "pid_started": me.create_time(),
                     "host": socket.gethostname(), "heartbeat": time.time(), "ended": None,
