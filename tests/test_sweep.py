@@ -169,6 +169,7 @@ def test_pbt_exploit_is_a_logged_live_change(runs_dir, data_dir, tmp_path):
         code, out = finish(proc, log)
     watch.done.set()
     assert code == 0, out
+    assert "Traceback" not in out, out  # a pause, an exploit and PBT's saves are no errors
     trials = trial_runs(the_sweep(runs_dir))
     good, weak = trials["t00"], trials["t01"]
     changes = [e for e in weak.events() if e["kind"] == "set" and e.get("source") == "pbt"]

@@ -388,8 +388,9 @@ def test_a_starting_checkpoint_is_checked_once_before_any_trial(tmp_path):
 
 def test_tune_logs_a_traceback_only_for_a_failure_no_line_of_ours_reported():
     """A stopped trial (TrialStopped) and a node without the shared folders (SweepError) each get one line from the
-    sweep's callback, so Tune's traceback for them and its closing "Trials did not complete" are dropped; any other
-    failure keeps its traceback. Through Tune's own loggers, with the exceptions as Ray hands them to Tune."""
+    sweep's callback, so Tune's traceback for them and its closing "Trials did not complete" are dropped, as is its
+    traceback for deleting an old checkpoint that is already gone; any other failure keeps its traceback. Through
+    Tune's own loggers, with the exceptions as Ray hands them to Tune."""
     import logging
     import logging.handlers
     import os
@@ -414,8 +415,13 @@ def test_tune_logs_a_traceback_only_for_a_failure_no_line_of_ours_reported():
             error = RayTaskError("train", "Traceback (most recent call last): ...", cause).as_instanceof_cause()
             controller.error(f"Trial task failed for trial {name}", exc_info=error)
         tune_log.error("Trials did not complete: %s", ["t00", "t01"])
+        # PBT's save of a checkpoint just reported: Tune deletes it twice once old; a checkpoint it cannot delete
+        # for another reason keeps its traceback
+        for name, error in {"gone": FileNotFoundError("Path not found"), "locked": PermissionError("denied")}.items():
+            controller.error("Trial %s: Error handling checkpoint %s", name, "checkpoint_000001", exc_info=error)
     finally:
         for logger in (controller, tune_log):
             logger.removeHandler(kept)
-    assert [r.getMessage() for r in kept.buffer] == ["Trial task failed for trial a bug"]
+    assert [r.getMessage() for r in kept.buffer] == ["Trial task failed for trial a bug",
+                                                     "Trial locked: Error handling checkpoint checkpoint_000001"]
     assert kept.buffer[0].exc_info[1].cause.args == ("boom",)

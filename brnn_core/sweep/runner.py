@@ -82,10 +82,15 @@ class SaidAlready(logging.Filter):
     runs: the traceback of a trial that failed with a SweepError (a node without the shared folders,
     cluster.require_shared) or ended with TrialStopped (a Stop, the time budget, Ctrl-C: not an error to the user),
     and Tune's closing "Trials did not complete" (the driver's `trials:` line counts them). Ray's RayTaskError for
-    a trial is also an instance of the cause's class. Every other failure keeps its traceback."""
+    a trial is also an instance of the cause's class. Also Tune's traceback for deleting an old checkpoint of its
+    own that is already gone: PBT asks its best trials to save the checkpoint they have just reported, Tune files
+    it twice, and deletes it twice when it is old. Every other failure keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], (SweepError, TrialStopped)):
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (SweepError, TrialStopped)):
+            return False
+        if isinstance(error, FileNotFoundError) and "Error handling checkpoint" in str(record.msg):
             return False
         return not str(record.msg).startswith("Trials did not complete")
 
