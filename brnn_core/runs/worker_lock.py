@@ -34,16 +34,10 @@ def hold(run_path: Path, *, wait_s: float = 0.0) -> Iterator[None]:
     `wait_s` seconds for it), RunError for a run folder that leads out of its runs folder (nothing is locked
     through a link), LockError when its lock file cannot be used (the message says how to mend it)."""
     check_writable(run_path)
-    path, root = Path(run_path) / LOCK_NAME, Path(run_path).parent
-    if wait_s > 0:
-        try:
-            lock = wait_lock(path, root, timeout=wait_s)
-        except Timeout:
-            lock = None
-    else:
-        lock = try_lock(path, root)
-    if lock is None:
-        raise RunBusy(busy_message(run_path))
+    try:  # a timeout of 0: filelock tries once
+        lock = wait_lock(Path(run_path) / LOCK_NAME, Path(run_path).parent, timeout=max(wait_s, 0.0))
+    except Timeout:
+        raise RunBusy(busy_message(run_path)) from None
     try:
         yield
     finally:
