@@ -155,32 +155,33 @@ def test_train_with_the_defaults_live_lr_pause_and_resume(server, page):
     queues = re.compile(r"Start training\*?\*? queues a new run while this run is")
     expect(page.get_by_text(queues).first).to_be_visible()
 
+    page.get_by_role("button", name="Pause").click()
+    expect(page.get_by_text(re.compile(r"paused at step \d+")).first).to_be_visible()
+    progress = page.locator("[data-testid=stProgress]").first
+    expect(progress).to_contain_text("paused")
+    expect(progress).not_to_contain_text("ETA")  # no time left while nothing trains
+    # opened, it stays open while events arrive and through the reruns that Apply and Resume make
+    open_expander(page, "Event log")
+    screenshot(page, "train-paused", SHOTS)
+
     live_lr = page.get_by_role("spinbutton", name="Peak learning rate")
     enter(live_lr, "0")  # caught before anything is sent
     expect(page.locator("[data-testid=stAlertContentError]").first).to_be_visible()
     expect(page.get_by_role("button", name="Apply")).to_be_disabled()
     enter(live_lr, "0.005")
-    # and, as a newcomer who has seen enough, three epochs in all: the rest of the walk needs a model, not 20 epochs
-    # (enough steps left to pause: at the default bf16 an epoch of the sample is a few seconds here)
+    # and, as a newcomer who has seen enough, three epochs in all: the rest of the walk needs a model, not 20 epochs.
+    # Sent while paused (the worker applies commands while it waits): on an idle machine an epoch of the sample takes
+    # seconds at bf16, and a run cut to 3 epochs while it trains could end before a Pause sent after it lands.
     enter(page.get_by_role("spinbutton", name="Total epochs"), "3")
     expect(page.get_by_role("button", name="Apply")).to_be_enabled()
     no_cut_labels(page, "Train, live controls")
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text(re.compile(r"applied, lr 0\.01 (->|→) 0\.005 at step \d+")).first).to_be_visible()
     expect(page.get_by_text(re.compile(r"applied, epochs \d+ (->|→) 3 at step \d+")).first).to_be_visible()
-    screenshot(page, "train-running", SHOTS)
-
-    page.get_by_role("button", name="Pause").click()
-    expect(page.get_by_text(re.compile(r"paused at step \d+")).first).to_be_visible()
-    progress = page.locator("[data-testid=stProgress]").first
-    expect(progress).to_contain_text("paused")
-    expect(progress).not_to_contain_text("ETA")  # no time left while nothing trains
-    # opened, it stays open while events arrive and through the reruns that Resume makes
-    open_expander(page, "Event log")
-    screenshot(page, "train-paused", SHOTS)
     page.get_by_role("button", name="Resume").click()
     expect(page.get_by_text(re.compile(r"resumed at step \d+")).first).to_be_visible()
     expect(page.locator("[data-testid=stExpanderDetails]").filter(has_text="resume").first).to_be_visible()
+    screenshot(page, "train-running", SHOTS)
 
     # to its end: the page follows, and a finished run shows no ETA
     expect(page.locator("[data-testid=stMarkdown]").filter(has_text=run.id).filter(has_text="finished").first) \
