@@ -119,9 +119,6 @@ def test_the_save_buttons_stay_one_row_while_the_explanations_arrive(server, tmp
         page.goto(f"{server.url}/predict")
         expect(page.locator(CANVAS)).to_be_visible()
         page.evaluate(WATCH_SAVE_ROWS_JS)
-        # the browser's CPU slowed 6x (DevTools' throttling), as on a busy machine: a moved row shows twice only while
-        # the browser is still drawing the later run's elements
-        page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
         shown = None
         for strokes in (FOUR, *((points,) for points in MORE_INK)):
             for stroke in strokes:
