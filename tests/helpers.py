@@ -9,6 +9,7 @@ a training step many times slower (the threads spin against each other and again
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import hashlib
 import json
@@ -437,6 +438,18 @@ def kill_workers(runs_dir: Path) -> None:
 APP_TIMEOUT = 180
 
 
+@functools.cache
+def installed_components():
+    """Streamlit's registry of the custom components installed here, found once per test process. Each new AppTest
+    finds them again on its first run, by reading the metadata of every installed package (a tenth of a second or
+    more, hundreds of times in the suite); a server does it once when it starts."""
+    from streamlit.components.v2.component_manager import BidiComponentManager
+
+    manager = BidiComponentManager()
+    manager.discover_and_register_components(start_file_watching=False)
+    return manager
+
+
 def build_app(page: str | None = None, *, function: Callable | None = None, args: tuple = ()):
     """A new AppTest session, not yet run: of the dashboard (opened on `page`, e.g. "pages/runs.py", if given),
     or of `function` (AppTest.from_function, called with `args`). The pages read their folders from the
@@ -444,10 +457,12 @@ def build_app(page: str | None = None, *, function: Callable | None = None, args
     from streamlit.testing.v1 import AppTest
 
     if function is not None:
-        return AppTest.from_function(function, args=args, default_timeout=APP_TIMEOUT)
-    at = AppTest.from_file(str(APP), default_timeout=APP_TIMEOUT)
-    if page:
-        at.switch_page(page)
+        at = AppTest.from_function(function, args=args, default_timeout=APP_TIMEOUT)
+    else:
+        at = AppTest.from_file(str(APP), default_timeout=APP_TIMEOUT)
+        if page:
+            at.switch_page(page)
+    at._bidi_component_manager = installed_components()  # noqa: SLF001 - AppTest's own cache of the registry
     return at
 
 
