@@ -41,6 +41,24 @@ def fit(finished):
     return data, model, logits
 
 
+def test_a_run_without_pen_stroke_copies_draws_its_reference_digits_once(gru_one_way, tmp_path, monkeypatch):
+    """Calibration gives a run trained on no pen-stroke copies STROKE_REFERENCE of its validation digits drawn: once,
+    then from the drawing cache, as the training copies are (each run of a dataset and seed ends the same way)."""
+    from brnn_core.data import as_drawn
+
+    assert gru_one_way.config()["train"]["drawn_share"] == 0.0
+    monkeypatch.setenv("BRNN_CACHE_DIR", str(tmp_path / "cache"))
+    config, data_dir = gru_one_way.config(), Path(gru_one_way.config()["data_dir"])
+    first = cal.fit_data(config, data_dir)
+    assert len(first.stroke_val_x) == cal.STROKE_REFERENCE and len(list((tmp_path / "cache").glob("*.npy"))) == 1
+
+    def no_drawing(*a, **k):
+        raise AssertionError("drew the reference digits again although the cache holds them")
+
+    monkeypatch.setattr(as_drawn, "draw", no_drawing)
+    assert torch.equal(cal.fit_data(config, data_dir).stroke_val_x, first.stroke_val_x)
+
+
 def uncalibrated_copy(src: Path, dst: Path) -> Path:
     """The checkpoint as it was before calibration (as an uploaded or older one is)."""
     obj = torch.load(src, weights_only=True)

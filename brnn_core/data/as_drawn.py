@@ -60,18 +60,22 @@ def drawn_copies(train_x: torch.Tensor, share: float, data_dir: Path,
     idx = picked(len(train_x), share)
     if not len(idx):
         return idx, train_x[:0]
-    images = train_x[idx].numpy()
+    return idx, drawn_cached(train_x[idx].numpy(), data_dir, progress)
+
+
+def drawn_cached(images: np.ndarray, data_dir: Path, progress: Callable[[str], None] | None = None) -> torch.Tensor:
+    """`draw(images)`, read from the cache file of these very images, or drawn and cached."""
     key = hashlib.sha1(images.tobytes()).hexdigest()[:16]
     path = cache_dir(data_dir) / f"as-drawn-v{VERSION}-{key}.npy"
     cached = _read(path, images)
     if cached is not None:
-        return idx, cached
+        return cached
     # One process draws, the others wait for its file (the dashboard draws the default dataset's in the background
     # when it starts; a run started meanwhile would otherwise draw the same digits again on the same cores).
     with _drawing_lock(path, progress):
         cached = _read(path, images)
         if cached is not None:
-            return idx, cached
+            return cached
 
         def say(k: int, n: int) -> None:
             if progress is not None:
@@ -83,7 +87,7 @@ def drawn_copies(train_x: torch.Tensor, share: float, data_dir: Path,
         with contextlib.suppress(OSError):  # a read-only or full disk only costs drawing them again next time
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, lambda fh: fh.write(blob.getvalue()))
-    return idx, torch.from_numpy(drawn)
+    return torch.from_numpy(drawn)
 
 
 def _read(path: Path, images: np.ndarray) -> torch.Tensor | None:

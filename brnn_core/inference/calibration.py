@@ -227,7 +227,7 @@ def fit_data(config: dict, data_dir: Path) -> FitData:
     """Rebuild a run's training and validation splits from its config.json, as the worker's `load_splits` does.
 
     The pen-stroke copies come from the cache the run itself filled (`as_drawn`); only a digit run trained without
-    them has STROKE_REFERENCE of its validation digits drawn here (a few seconds)."""
+    them has STROKE_REFERENCE of its validation digits drawn here, once (a few seconds), then read from that cache."""
     from brnn_core.config import resolve_drawn_share
     from brnn_core.data import as_drawn
     from brnn_core.data.batching import split_train_val
@@ -248,5 +248,5 @@ def fit_data(config: dict, data_dir: Path) -> FitData:
         in_val[val_idx] = True
         stroke_val = stroke_copies[in_val[stroke_idx]]
     if (stroke_val is None or not len(stroke_val)) and resolve_drawn_share(1.0, dataset) > 0:
-        stroke_val = torch.from_numpy(as_drawn.draw(ds.train_x[val_idx[:STROKE_REFERENCE]].numpy()))
+        stroke_val = as_drawn.drawn_cached(ds.train_x[val_idx[:STROKE_REFERENCE]].numpy(), data_dir)
     return FitData(train_x[train_idx], ds.train_y[train_idx], ds.train_x[val_idx], ds.train_y[val_idx], stroke_val)
