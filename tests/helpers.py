@@ -462,7 +462,7 @@ def build_app(page: str | None = None, *, function: Callable | None = None, args
         at = AppTest.from_file(str(APP), default_timeout=APP_TIMEOUT)
         if page:
             at.switch_page(page)
-    at._bidi_component_manager = installed_components()  # noqa: SLF001 - AppTest's own cache of the registry
+    at._bidi_component_manager = installed_components()  # AppTest keeps it here (private): filled on a first run
     return at
 
 
