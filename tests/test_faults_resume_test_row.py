@@ -25,24 +25,40 @@ def _test_rows(run: Run) -> int:
     return int((run.metrics()["split"] == "test").sum())
 
 
+EVALUATING = "evaluating the best checkpoint on the test set"  # the status a finishing worker writes before its test
+
+
 def _kill_after_its_test_row(args: list[str], runs_dir, data_dir, run: Run | None = None) -> Run:
-    """`python -m brnn_core ARGS`, killed (SIGKILL, its whole process group) as soon as it has written a test row:
-    while it writes the report, before the run is finished. Returns the run."""
-    before = _signature(run.metrics_path) if run else None
+    """`python -m brnn_core ARGS`, killed (SIGKILL, its whole process group) once it has written a test row: while it
+    writes the report, before the run is finished. Returns the run.
+
+    Between its test row and `finished` a worker spends well under a second, less than a busy machine may take to
+    notice the row. So once this worker's status says it is testing, it is stopped (SIGSTOP) and let go on a few
+    milliseconds at a time (SIGCONT); its files are read only while it stands still."""
     proc = subprocess.Popen([sys.executable, "-m", "brnn_core", *args], cwd=REPO, env=cli_env(runs_dir, data_dir),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 600
+        found, before = run, None
         while time.monotonic() < deadline:
-            found = run or next(iter(list_runs(runs_dir)), None)
-            if found and found.metrics_path.is_file() and _signature(found.metrics_path) != before \
-                    and _test_rows(found):
+            found = found or next(iter(list_runs(runs_dir)), None)
+            status = found.stored_status() if found else {}
+            if before is None:
+                if status.get("pid") == proc.pid and status.get("message") == EVALUATING:
+                    os.killpg(proc.pid, signal.SIGSTOP)
+                    before = _signature(found.metrics_path)  # a resumed run's old test row is already there
+                else:
+                    assert proc.poll() is None, f"it ended ({proc.returncode}) before it was killed"
+                    time.sleep(0.01)
+                continue
+            assert status["state"] != "finished", "the report was written before the kill"
+            if _signature(found.metrics_path) != before and _test_rows(found):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)
-                assert found.stored_status()["state"] != "finished", "the report was written before the kill"
                 return found
-            assert proc.poll() is None, f"it ended ({proc.returncode}) before it was killed"
-            time.sleep(0.01)
+            os.killpg(proc.pid, signal.SIGCONT)
+            time.sleep(0.005)
+            os.killpg(proc.pid, signal.SIGSTOP)
         raise AssertionError("no test row within 600 s")
     finally:
         if proc.poll() is None:
