@@ -14,6 +14,7 @@ import pytest
 from helpers import REPO, TINY, cli_env
 
 from brnn_core.runs.rundir import Run, list_runs
+from brnn_core.training.ending import EVALUATING
 
 
 def _signature(path):
@@ -23,9 +24,6 @@ def _signature(path):
 
 def _test_rows(run: Run) -> int:
     return int((run.metrics()["split"] == "test").sum())
-
-
-EVALUATING = "evaluating the best checkpoint on the test set"  # the status a finishing worker writes before its test
 
 
 def _kill_after_its_test_row(args: list[str], runs_dir, data_dir, run: Run | None = None) -> Run:

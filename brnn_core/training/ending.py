@@ -19,6 +19,8 @@ from brnn_core.training.loss_scaling import LossScaler
 from brnn_core.training.reports import write_report
 from brnn_core.training.splits import Splits
 
+EVALUATING = "evaluating the best checkpoint on the test set"  # the status message just before the test row
+
 
 class Ending:
     """The training session's ends, one per outcome (mixed into `TrainingSession`)."""
@@ -73,7 +75,7 @@ class Ending:
         also their held-out accuracy before and after; when fine-tuned, the validation accuracy before and
         after, overall and per class (a fine-tune must not make the model forget a class it knew)."""
         run, cfg, model = self.run, self.cfg, self.model
-        self._write(message="evaluating the best checkpoint on the test set", step=result.step)
+        self._write(message=EVALUATING, step=result.step)
         if run.best_ckpt.is_file():
             model.load_state_dict(load_checkpoint(run.best_ckpt).model_state)
         eval_batch = eval_batch_size_for(splits.test_x.device, cfg.eval_batch_size)
