@@ -51,9 +51,9 @@ def load_predictor(path: str, mtime: float) -> Predictor:
 
 
 def checkpoint_labels() -> tuple[dict[str, str], dict[str, str]]:
-    """(path -> short label, path -> full description with the drawings score) for every saved checkpoint, best
-    validation accuracy first (the default). The short label fits the sidebar's picker; the description goes
-    under it.
+    """(path -> short label, path -> full description with the drawings score) for every saved checkpoint, the
+    runs' own choices by validation accuracy first (the default: RunIndex.checkpoint_choices). The short label fits
+    the sidebar's picker; the description goes under it.
     Paths are the select box's values, so a choice survives its label changing (a score appearing)."""
     choices = run_index(runs_dir).checkpoint_choices()[:PICKER_CHECKPOINTS]
     scores = my.scores([c.path for c in choices], data_dir, signature)  # stored scores only: nothing evaluated

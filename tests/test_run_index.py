@@ -67,6 +67,26 @@ def test_runs_are_read_again_only_when_their_files_change(runs_dir, later):
     assert runs[2].id not in set(index.table()["run_id"]) and index.reads == 5
 
 
+def test_the_default_checkpoint_is_the_best_runs_own_choice_and_each_last_pt_follows_its_run(runs_dir):
+    """The picker's first choice is a best.pt (calibrated when its run finished), even where a last.pt scored a
+    higher validation accuracy: a run chooses by validation loss unless told otherwise, and last.pt is never
+    calibrated."""
+    base = fake_finished_run(runs_dir)  # best.pt at val loss 2.1, accuracy 0.3
+    worse_loss, better = (copy_run(base, runs_dir, f"2026010{i}-000000-mnist-sample-000{i}") for i in (1, 2))
+    for run, loss, acc in ((worse_loss, 2.2, 0.5), (better, 2.0, 0.4)):  # a second epoch, and its last.pt
+        run.log_metric(step=16, epoch=2, split="val", loss=loss, accuracy=acc, lr=0.01, elapsed_s=2.4)
+        os.link(run.best_ckpt, run.last_ckpt)
+    choices = RunIndex(runs_dir).checkpoint_choices()
+    order = [(c.run_id, c.kind) for c in choices]
+    assert order[:2] == [(better.id, "best"), (better.id, "last")], order  # 0.4 at its lowest loss beats 0.3
+    assert order.index((worse_loss.id, "last")) == order.index((worse_loss.id, "best")) + 1, order
+    accuracy = {(c.run_id, c.kind): c.val_acc for c in choices}  # each file keeps its own accuracy for its label
+    assert accuracy[(worse_loss.id, "last")] == pytest.approx(0.5)
+    assert accuracy[(worse_loss.id, "best")] == pytest.approx(0.3)
+    assert accuracy[(better.id, "best")] == pytest.approx(0.4)
+    assert len(order) == 5 and (base.id, "best") in order
+
+
 def test_checkpoints_written_or_pruned_show_without_reading_the_run_again(runs_dir, later):
     runs = three_runs(runs_dir)
     index = RunIndex(runs_dir)

@@ -404,19 +404,26 @@ class RunIndex:
         return self._bands.band(self.runs_dir, run_ids, what, smoothing)
 
     def checkpoint_choices(self) -> list[CheckpointChoice]:
-        """Every run's best.pt and last.pt, highest validation accuracy first (best before last on a tie)."""
+        """Every run's best.pt, then its last.pt; runs by the validation accuracy of the checkpoint each one chose
+        (best.pt, else last.pt), highest first.
+
+        The first is the picker's default: the run's own choice, which its end calibrated. A last.pt is not
+        calibrated, and its accuracy can beat best.pt's when the run chooses by validation loss (the default), so
+        ranking every file by accuracy alone made an uncalibrated last.pt the default."""
         def build(entries) -> list[CheckpointChoice]:
-            choices = []
+            runs = []
             for name, entry in entries:
                 ckpt_dir = self.runs_dir / name / "checkpoints"
                 by_acc = (entry.config.get("train") or {}).get("best_by") == "val_accuracy"
                 best_acc = entry.metrics.best_val_acc if by_acc else entry.metrics.acc_at_best_loss
-                for exists, kind, acc in ((entry.checkpoints[0], "best", best_acc),
-                                          (entry.checkpoints[1], "last", entry.metrics.last_val_acc)):
-                    if exists:
-                        choices.append(CheckpointChoice(name, kind, ckpt_dir / f"{kind}.pt", acc))
-            score = lambda c: (c.val_acc if c.val_acc is not None else -1.0) + (0.001 if c.kind == "best" else 0.0)
-            return sorted(choices, key=score, reverse=True)
+                saved = [CheckpointChoice(name, kind, ckpt_dir / f"{kind}.pt", acc)
+                         for exists, kind, acc in ((entry.checkpoints[0], "best", best_acc),
+                                                   (entry.checkpoints[1], "last", entry.metrics.last_val_acc))
+                         if exists]
+                if saved:
+                    runs.append(saved)
+            runs.sort(key=lambda saved: saved[0].val_acc if saved[0].val_acc is not None else -1.0, reverse=True)
+            return [choice for saved in runs for choice in saved]
 
         return list(self._memoised("checkpoints", self.refresh(), build))
 
