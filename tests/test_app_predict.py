@@ -49,6 +49,18 @@ def test_checkpoint_picker_lists_best_and_last(dirs, finished):
     assert at.sidebar.selectbox(key="ckpt_choice").value == str(run.last_ckpt)
 
 
+def test_the_default_is_the_runs_best_pt_where_its_last_pt_scored_a_higher_accuracy(dirs, finished):
+    """Only best.pt is calibrated when a run ends: a default last.pt would read "(uncalibrated)" to a newcomer."""
+    runs_dir, _ = dirs
+    run = copy_run(finished, runs_dir)
+    val = run.metrics().query("split == 'val'").iloc[-1]  # one more epoch: every digit right, at a worse loss
+    run.log_metric(step=int(val["step"]) + 1, epoch=float(val["epoch"]) + 1, split="val", loss=float(val["loss"]) + 1,
+                   accuracy=1.0, lr=float(val["lr"]), elapsed_s=float(val["elapsed_s"]) + 1)
+    picker = predict_page().sidebar.selectbox(key="ckpt_choice")
+    assert picker.value == str(run.best_ckpt), picker.options
+    assert picker.options[picker.index + 1] == f"{picker_id(run.id)} · last · 100.0%", picker.options
+
+
 def test_a_gru_checkpoint_is_named_as_the_network_it_is(dirs, gru_one_way):
     runs_dir, _ = dirs
     copy_run(gru_one_way, runs_dir)
