@@ -407,7 +407,7 @@ class RunIndex:
         """Every run's best.pt, then its last.pt; runs by the validation accuracy of the checkpoint each one chose
         (best.pt, else last.pt), highest first.
 
-        The first is the picker's default: the run's own choice, which its end calibrated. A last.pt is not
+        The first is the picker's default: a run's own choice, calibrated when the run finished. A last.pt is not
         calibrated, and its accuracy can beat best.pt's when the run chooses by validation loss (the default), so
         ranking every file by accuracy alone made an uncalibrated last.pt the default."""
         def build(entries) -> list[CheckpointChoice]:
