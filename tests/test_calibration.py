@@ -46,9 +46,10 @@ def test_a_run_without_pen_stroke_copies_draws_its_reference_digits_once(gru_one
     then from the drawing cache, as the training copies are (each run of a dataset and seed ends the same way)."""
     from brnn_core.data import as_drawn
 
-    assert gru_one_way.config()["train"]["drawn_share"] == 0.0
+    config = gru_one_way.config()
+    data_dir = Path(config["data_dir"])
+    assert config["train"]["drawn_share"] == 0.0
     monkeypatch.setenv("BRNN_CACHE_DIR", str(tmp_path / "cache"))
-    config, data_dir = gru_one_way.config(), Path(gru_one_way.config()["data_dir"])
     first = cal.fit_data(config, data_dir)
     assert len(first.stroke_val_x) == cal.STROKE_REFERENCE and len(list((tmp_path / "cache").glob("*.npy"))) == 1
 
