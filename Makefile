@@ -1,4 +1,4 @@
-# `make run` and `make test` do all set-up: the venv is (re)built only when requirements.txt changes.
+# `make run` and `make test` do all set-up: the venv is (re)built only when requirements*.txt change.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -17,10 +17,12 @@ DISK_CHECK := import shutil, sys; from pathlib import Path; \
 	sys.exit(0 if free >= $(VENV_GB) else f'make: the virtual environment $(VENV) needs about $(VENV_GB) GiB and {where} has \
 	{free:.1f} GiB free. Free some disk space there, or build it on a bigger disk (make VENV=/path/to/venv ...).')
 
-$(STAMP): requirements.txt
+# tools/install.py: requirements-lock.txt's exact versions in two pips side by side where the lock was written (Linux
+# x86-64, Python 3.11), else requirements.txt
+$(STAMP): requirements.txt requirements-lock.txt
 	@test -x $(PY) || $(PYTHON) -c "$(DISK_CHECK)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -r requirements.txt
+	$(PY) tools/install.py
 	cp requirements.txt $(STAMP)
 
 # The project's bytecode, written once: where PYTHONDONTWRITEBYTECODE is set (our CI machine sets it) Python never

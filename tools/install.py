@@ -1,0 +1,129 @@
+"""Installs the project's packages into the venv that runs this script: `make run` and `make test` call it when the
+venv is new or requirements.txt or requirements-lock.txt changed.
+
+On the platform requirements-lock.txt was written on (its header names it), it installs the lock's exact versions:
+every package, with `--no-deps` (the lock is complete, and `pip check` confirms it afterwards), in two pips side by
+side. PyTorch's CUDA stack (torch, triton, NVIDIA's and CUDA's wheels: about 4 GB to unpack) goes in one, the other
+packages in the other, so a new venv keeps both cores of a two-core machine busy, not one. The two groups share no
+folder: the NVIDIA and CUDA wheels, which share the `nvidia` and `cuda` folders, all go in the same pip.
+Anywhere else, or when the lock no longer pins what requirements.txt pins, it installs requirements.txt as the
+README's lines for Windows do.
+
+    python tools/install.py          # install (what make runs)
+    python tools/install.py --lock   # rewrite requirements-lock.txt from this venv, after a change to requirements.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+REQUIREMENTS = REPO / "requirements.txt"
+LOCK = REPO / "requirements-lock.txt"
+PIP = [sys.executable, "-m", "pip"]
+# the packages of PyTorch's CUDA stack, by normalised name
+CUDA_STACK = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*)$")
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;#]+)")
+
+
+def this_platform() -> str:
+    return f"{platform.system()} {platform.machine()}, {platform.python_implementation()} " \
+           f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(text: str) -> dict[str, str]:
+    """name -> version of every `name==version` line (comments and other lines are skipped)."""
+    found = {}
+    for line in text.splitlines():
+        match = PIN.match(line.strip())
+        if match:
+            found[normalise(match.group(1))] = match.group(3)
+    return found
+
+
+def lock_platform(text: str) -> str | None:
+    match = re.search(r"^# platform: (.+)$", text, re.M)
+    return match.group(1).strip() if match else None
+
+
+def why_not_locked(requirements: str, lock: str, here: str) -> str | None:
+    """Why the lock cannot be used here, or None."""
+    written_on = lock_platform(lock)
+    if written_on != here:
+        return f"requirements-lock.txt was written on {written_on}, this is {here}"
+    locked = pins(lock)
+    stale = [f"{name}=={version}" for name, version in pins(requirements).items() if locked.get(name) != version]
+    if stale:
+        return (f"requirements-lock.txt does not pin {', '.join(stale)} as requirements.txt does: after this install, "
+                f"`{Path(sys.executable).name} tools/install.py --lock` rewrites it")
+    return None
+
+
+def split(lock: str) -> tuple[list[str], list[str]]:
+    """The lock's `name==version` lines: (PyTorch's CUDA stack, everything else)."""
+    cuda, rest = [], []
+    for name, version in pins(lock).items():
+        (cuda if CUDA_STACK.match(name) else rest).append(f"{name}=={version}")
+    return cuda, rest
+
+
+def install_locked(lock: str) -> int:
+    cuda, rest = split(lock)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for name, lines in (("cuda-stack", cuda), ("the-rest", rest)):
+            files.append(Path(tmp) / f"{name}.txt")
+            files[-1].write_text("\n".join(lines) + "\n")
+        print(f"installing requirements-lock.txt: {len(cuda)} packages of PyTorch's CUDA stack beside the other "
+              f"{len(rest)}", flush=True)
+        pips = [subprocess.Popen([*PIP, "install", "--no-deps", "-r", str(f)]) for f in files]
+        codes = [p.wait() for p in pips]
+    if any(codes):
+        return next(c for c in codes if c)
+    return subprocess.run([*PIP, "check"]).returncode  # a package the lock forgot would show here
+
+
+def install() -> int:
+    lock = LOCK.read_text() if LOCK.is_file() else ""
+    reason = why_not_locked(REQUIREMENTS.read_text(), lock, this_platform())
+    if reason is None:
+        return install_locked(lock)
+    print(f"{reason}: installing requirements.txt instead", flush=True)
+    return subprocess.run([*PIP, "install", "-r", str(REQUIREMENTS)]).returncode
+
+
+def write_lock() -> int:
+    frozen = subprocess.run([*PIP, "freeze", "--all"], capture_output=True, text=True, check=True).stdout
+    lines = sorted((line for line in frozen.splitlines() if PIN.match(line) and not line.lower().startswith("pip==")),
+                   key=str.lower)
+    missing = sorted(set(pins(REQUIREMENTS.read_text())) - set(pins("\n".join(lines))))
+    if missing:
+        print(f"this venv lacks {', '.join(missing)} of requirements.txt: install requirements.txt first",
+              file=sys.stderr)
+        return 1
+    LOCK.write_text("# Every package `make` installs, at the versions pip resolved from requirements.txt\n"
+                    "# (written by `python tools/install.py --lock`). Used on this platform only: anywhere else\n"
+                    "# tools/install.py installs requirements.txt.\n"
+                    f"# platform: {this_platform()}\n" + "\n".join(lines) + "\n")
+    print(f"wrote {LOCK.name}: {len(lines)} packages", flush=True)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python tools/install.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lock", action="store_true", help="rewrite requirements-lock.txt from this venv")
+    return write_lock() if parser.parse_args().lock else install()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
