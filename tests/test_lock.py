@@ -30,6 +30,8 @@ def test_the_lock_pins_what_requirements_txt_pins_for_the_platform_it_names():
 def test_elsewhere_or_with_a_changed_pin_requirements_txt_is_installed_and_says_why():
     assert "this is Windows AMD64, CPython 3.11" in install.why_not_locked(REQUIREMENTS, LOCK,
                                                                             "Windows AMD64, CPython 3.11")
+    assert install.why_not_locked(REQUIREMENTS, "", "Linux x86_64, CPython 3.11") == \
+        "requirements-lock.txt is missing or names no platform"
     changed = REQUIREMENTS.replace("numpy==2.4.6", "numpy==2.4.7")
     reason = install.why_not_locked(changed, LOCK, "Linux x86_64, CPython 3.11")
     assert "does not pin numpy==2.4.7" in reason and "tools/install.py --lock" in reason

@@ -59,13 +59,15 @@ def lock_platform(text: str) -> str | None:
 def why_not_locked(requirements: str, lock: str, here: str) -> str | None:
     """Why the lock cannot be used here, or None."""
     written_on = lock_platform(lock)
+    if written_on is None:
+        return "requirements-lock.txt is missing or names no platform"
     if written_on != here:
         return f"requirements-lock.txt was written on {written_on}, this is {here}"
     locked = pins(lock)
     stale = [f"{name}=={version}" for name, version in pins(requirements).items() if locked.get(name) != version]
     if stale:
         return (f"requirements-lock.txt does not pin {', '.join(stale)} as requirements.txt does: after this install, "
-                f"`{Path(sys.executable).name} tools/install.py --lock` rewrites it")
+                f"`{sys.executable} tools/install.py --lock` rewrites it")
     return None
 
 
@@ -79,14 +81,15 @@ def split(lock: str) -> tuple[list[str], list[str]]:
 
 def install_locked(lock: str) -> int:
     cuda, rest = split(lock)
+    print(f"installing requirements-lock.txt: {len(cuda)} packages of PyTorch's CUDA stack beside the other "
+          f"{len(rest)}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        files = []
-        for name, lines in (("cuda-stack", cuda), ("the-rest", rest)):
-            files.append(Path(tmp) / f"{name}.txt")
-            files[-1].write_text("\n".join(lines) + "\n")
-        print(f"installing requirements-lock.txt: {len(cuda)} packages of PyTorch's CUDA stack beside the other "
-              f"{len(rest)}", flush=True)
-        pips = [subprocess.Popen([*PIP, "install", "--no-deps", "-r", str(f)]) for f in files]
+        (Path(tmp) / "cuda-stack.txt").write_text("\n".join(cuda) + "\n")
+        (Path(tmp) / "the-rest.txt").write_text("\n".join(rest) + "\n")
+        pip_install = [*PIP, "install", "--no-deps", "-r"]
+        # one progress bar on the terminal: the CUDA stack's (its downloads are the long ones)
+        pips = [subprocess.Popen([*pip_install, str(Path(tmp) / "cuda-stack.txt")]),
+                subprocess.Popen([*pip_install, str(Path(tmp) / "the-rest.txt"), "--progress-bar", "off"])]
         codes = [p.wait() for p in pips]
     if any(codes):
         return next(c for c in codes if c)
