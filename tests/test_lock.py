@@ -1,7 +1,7 @@
 """requirements-lock.txt and tools/install.py, which installs it for `make` in two pips side by side.
 
 The lock must pin what requirements.txt pins (else make falls back to requirements.txt, slower and unlocked), and
-the two pips must never write into the same folder: checked against the files this venv's packages installed.
+the two pips must never share a package folder: checked against the files this venv's packages installed.
 """
 
 from __future__ import annotations
@@ -38,17 +38,17 @@ def test_elsewhere_or_with_a_changed_pin_requirements_txt_is_installed_and_says_
 
 
 def test_the_two_pips_share_no_folder_and_together_install_the_whole_lock():
-    cuda, rest = install.split(LOCK)
-    names = {line.split("==")[0] for line in cuda}
-    assert {"torch", "triton", "nvidia-cublas", "cuda-bindings"} <= names and "torchvision" not in names
-    assert sorted(cuda + rest) == sorted(f"{n}=={v}" for n, v in install.pins(LOCK).items())
+    big, rest = install.split(LOCK)
+    names = {line.split("==")[0] for line in big}
+    assert {"torch", "triton", "nvidia-cublas", "cuda-bindings", "ray"} <= names and "torchvision" not in names
+    assert sorted(big + rest) == sorted(f"{n}=={v}" for n, v in install.pins(LOCK).items())
     # what each package of this venv put down, by its first folder in site-packages (its RECORD)
     folders: dict[str, set[str]] = {}
     for dist in distributions():
         name = install.normalise(dist.metadata["Name"])
         tops = {f.parts[0] for f in dist.files or [] if len(f.parts) > 1 and not f.parts[0].startswith("..")}
         folders[name] = {t for t in tops if not t.endswith((".dist-info", ".data")) and t != "__pycache__"}
-    cuda_folders = set().union(*(folders.get(n, set()) for n in names))
+    big_folders = set().union(*(folders.get(n, set()) for n in names))
     rest_folders = set().union(*(folders.get(line.split("==")[0], set()) for line in rest))
-    assert {"torch", "nvidia"} <= cuda_folders
-    assert not cuda_folders & rest_folders, cuda_folders & rest_folders
+    assert {"torch", "nvidia", "ray"} <= big_folders
+    assert not big_folders & rest_folders, big_folders & rest_folders

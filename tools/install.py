@@ -3,9 +3,10 @@ venv is new or requirements.txt or requirements-lock.txt changed.
 
 On the platform requirements-lock.txt was written on (its header names it), it installs the lock's exact versions:
 every package, with `--no-deps` (the lock is complete, and `pip check` confirms it afterwards), in two pips side by
-side. PyTorch's CUDA stack (torch, triton, NVIDIA's and CUDA's wheels: about 4 GB to unpack) goes in one, the other
-packages in the other, so a new venv keeps both cores of a two-core machine busy, not one. The two groups share no
-folder: the NVIDIA and CUDA wheels, which share the `nvidia` and `cuda` folders, all go in the same pip.
+side. The biggest packages (PyTorch's CUDA stack: torch, triton, NVIDIA's and CUDA's wheels, about 4 GB to unpack;
+then Ray, pyarrow, SciPy, SymPy and plotly, thousands of files each to compile) go in one, the other hundred or so in
+the other: about the same time each, so a new venv keeps both cores of a two-core machine busy, not one. The
+groups share no package folder: the NVIDIA and CUDA wheels, which share `nvidia` and `cuda`, all go in the first.
 Anywhere else, or when the lock no longer pins what requirements.txt pins, it installs requirements.txt as the
 README's lines for Windows do.
 
@@ -27,8 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 REQUIREMENTS = REPO / "requirements.txt"
 LOCK = REPO / "requirements-lock.txt"
 PIP = [sys.executable, "-m", "pip"]
-# the packages of PyTorch's CUDA stack, by normalised name
-CUDA_STACK = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*)$")
+# the first pip's packages, by normalised name: PyTorch's CUDA stack, then the biggest others, chosen by timing both
+# pips (benchmarks.venv_build; tests/test_lock.py checks that the two never share a package folder)
+BIG = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|ray|pyarrow|scipy|sympy|plotly)$")
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;#]+)")
 
 
@@ -72,23 +74,23 @@ def why_not_locked(requirements: str, lock: str, here: str) -> str | None:
 
 
 def split(lock: str) -> tuple[list[str], list[str]]:
-    """The lock's `name==version` lines: (PyTorch's CUDA stack, everything else)."""
-    cuda, rest = [], []
+    """The lock's `name==version` lines: (the biggest packages, everything else)."""
+    big, rest = [], []
     for name, version in pins(lock).items():
-        (cuda if CUDA_STACK.match(name) else rest).append(f"{name}=={version}")
-    return cuda, rest
+        (big if BIG.match(name) else rest).append(f"{name}=={version}")
+    return big, rest
 
 
 def install_locked(lock: str) -> int:
-    cuda, rest = split(lock)
-    print(f"installing requirements-lock.txt: {len(cuda)} packages of PyTorch's CUDA stack beside the other "
-          f"{len(rest)}", flush=True)
+    big, rest = split(lock)
+    print(f"installing requirements-lock.txt: the {len(big)} biggest packages (PyTorch's CUDA stack, Ray, ...) beside "
+          f"the other {len(rest)}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "cuda-stack.txt").write_text("\n".join(cuda) + "\n")
+        (Path(tmp) / "biggest.txt").write_text("\n".join(big) + "\n")
         (Path(tmp) / "the-rest.txt").write_text("\n".join(rest) + "\n")
         pip_install = [*PIP, "install", "--no-deps", "-r"]
-        # one progress bar on the terminal: the CUDA stack's (its downloads are the long ones)
-        pips = [subprocess.Popen([*pip_install, str(Path(tmp) / "cuda-stack.txt")]),
+        # one progress bar on the terminal: the biggest packages' (PyTorch's downloads are the long ones)
+        pips = [subprocess.Popen([*pip_install, str(Path(tmp) / "biggest.txt")]),
                 subprocess.Popen([*pip_install, str(Path(tmp) / "the-rest.txt"), "--progress-bar", "off"])]
         codes = [p.wait() for p in pips]
     if any(codes):
