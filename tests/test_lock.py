@@ -6,15 +6,12 @@ the two pips must never share a package folder: checked against the files this v
 
 from __future__ import annotations
 
-import importlib.util
 from importlib.metadata import distributions
 
 import pytest
 from helpers import REPO
 
-spec = importlib.util.spec_from_file_location("install", REPO / "tools" / "install.py")
-install = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(install)
+from tools import install
 
 LOCK = (REPO / "requirements-lock.txt").read_text()
 REQUIREMENTS = (REPO / "requirements.txt").read_text()

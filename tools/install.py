@@ -40,6 +40,7 @@ def this_platform() -> str:
 
 
 def normalise(name: str) -> str:
+    """PEP 503's name normalisation (packaging's canonicalize_name: not installed yet when this script runs)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
