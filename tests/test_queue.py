@@ -34,17 +34,17 @@ def test_which_slots_a_device_setting_may_take():
     assert [queue.slot_device(s) for s in ("cuda-1", "cpu", "mps")] == ["cuda:1", "cpu", "mps"]
 
 
-def Entry(run_id: str, queued_at: float, slots: tuple[str, ...]) -> QueuedJob:  # noqa: N802 - a run's entry
+def queued(run_id: str, queued_at: float, slots: tuple[str, ...]) -> QueuedJob:
     return QueuedJob(run_id, queued_at, slots, f"run {run_id}")
 
 
 def test_first_come_first_served_per_slot():
-    old_cpu, old_gpu1 = Entry("a", 1.0, ("cpu",)), Entry("b", 2.0, ("cuda-1",))
-    me_auto = Entry("c", 3.0, ("cuda-0", "cuda-1"))
+    old_cpu, old_gpu1 = queued("a", 1.0, ("cpu",)), queued("b", 2.0, ("cuda-1",))
+    me_auto = queued("c", 3.0, ("cuda-0", "cuda-1"))
     view = View((old_cpu, old_gpu1, me_auto), {"cpu": "run t"})
     assert open_slots(me_auto, view) == ("cuda-0",)  # the older run waits for cuda-1; cuda-0 is nobody's turn
     assert open_slots(old_gpu1, view) == ("cuda-1",)
-    me_cpu = Entry("d", 4.0, ("cpu",))
+    me_cpu = queued("d", 4.0, ("cpu",))
     assert open_slots(me_cpu, View((*view.waiting, me_cpu), view.holders)) == ()  # behind run a
     assert place(me_cpu, View((*view.waiting, me_cpu), view.holders)) == "queued: 2nd in line, behind run a on cpu"
     assert place(old_cpu, view) == "queued: 1st in line, behind run t on cpu"

@@ -68,7 +68,9 @@ class ValSummary:
 
 
 @dataclass
-class Entry:
+class IndexedRun:
+    """What the index read from one run folder, kept until one of its files changes."""
+
     files: Signature  # of config.json, status.json, metrics.csv when read
     dirs: tuple[int | None, int | None]  # mtime_ns of the run folder and of its checkpoints/ folder
     config: dict
@@ -91,7 +93,7 @@ class Entry:
                 "metrics": asdict(self.metrics), "checkpoints": self.checkpoints}
 
     @classmethod
-    def from_dict(cls, d: dict) -> Entry:
+    def from_dict(cls, d: dict) -> IndexedRun:
         """An entry saved by `to_dict` (index_store): JSON made its tuples lists."""
         metrics = ValSummary(**{**d["metrics"], "val_points": tuple(map(tuple, d["metrics"]["val_points"]))})
         files = tuple(None if f is None else tuple(f) for f in d["files"])
@@ -212,7 +214,7 @@ def _checkpoints(path: Path) -> tuple[bool, bool]:
     return (path / "checkpoints" / "best.pt").is_file(), (path / "checkpoints" / "last.pt").is_file()
 
 
-def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
+def read_entry(path: Path, files: Signature, dirs: tuple) -> IndexedRun:
     """A run's entry; what is wrong with its files (and a folder linked in from elsewhere) goes into the table's
     problem column through the config's `_damaged` (runs.damage)."""
     problems = shape_problems(path, FILES)
@@ -230,13 +232,13 @@ def read_entry(path: Path, files: Signature, dirs: tuple) -> Entry:
         config["_damaged"] = "; ".join(filter(None, [config.get("_damaged"), *problems]))
     stored = RunStatus.read(status) if status.is_file() else \
         RunStatus.damaged_by("status.json is not a file") if status.exists() else RunStatus()
-    return Entry(files, dirs, config, stored.to_dict(), val_summary(lines), _checkpoints(path))
+    return IndexedRun(files, dirs, config, stored.to_dict(), val_summary(lines), _checkpoints(path))
 
 
-def broken_entry(problem: str) -> Entry:
+def broken_entry(problem: str) -> IndexedRun:
     """An entry of the runs folder that cannot be read as a run at all (a symlink loop, a link that leads nowhere,
     a folder nobody may open): listed with its problem, no state and no files."""
-    return Entry((None,) * len(FILES), (None, None), {"_damaged": problem}, {}, ValSummary(), (False, False))
+    return IndexedRun((None,) * len(FILES), (None, None), {"_damaged": problem}, {}, ValSummary(), (False, False))
 
 
 class RunIndex:
@@ -254,7 +256,7 @@ class RunIndex:
         dashboard passes `runs_dir/.index.json`, a Python user reading runs once passes nothing."""
         self.runs_dir = Path(runs_dir)
         self._lock = threading.Lock()
-        self._entries: dict[str, Entry] = {}
+        self._entries: dict[str, IndexedRun] = {}
         self.reads = 0  # runs (re)read from disk so far: how the tests see the cache work
         self._generation = 0  # goes up whenever a run was added, re-read or removed
         self._memo: dict[str, tuple[int, object]] = {}  # name -> (generation, result) of results built from it
@@ -266,11 +268,11 @@ class RunIndex:
         if self.store is not None:
             for name, saved in index_store.load(self.store, self.runs_dir).items():
                 try:
-                    self._entries[name] = Entry.from_dict(saved)
+                    self._entries[name] = IndexedRun.from_dict(saved)
                 except (KeyError, TypeError, ValueError):
                     continue  # read from the run folder instead
 
-    def _current(self, name: str, where: str, dir_mtime: int | None, link: bool = False) -> Entry | None:
+    def _current(self, name: str, where: str, dir_mtime: int | None, link: bool = False) -> IndexedRun | None:
         """The run's entry, read again if it changed (None: not a complete run). `where` is its folder as a
         string: this is the per-run cost of every rerun, and pathlib's objects cost more than the stat calls.
         `link`: the entry is a symlink (a run linked in from elsewhere), which its entry must say."""
@@ -300,7 +302,7 @@ class RunIndex:
         self._entries[name] = entry
         return entry
 
-    def _broken(self, name: str, problem: str) -> Entry:
+    def _broken(self, name: str, problem: str) -> IndexedRun:
         """The entry of something in the runs folder that cannot be opened as a run folder (a symlink loop)."""
         entry = self._entries.get(name)
         if entry is None or entry.config.get("_damaged") != problem:
@@ -331,7 +333,7 @@ class RunIndex:
             pass
         return found, broken
 
-    def refresh(self) -> list[tuple[str, Entry]]:
+    def refresh(self) -> list[tuple[str, IndexedRun]]:
         """(run id, entry) for every complete run, newest first; an entry that cannot be opened as a run folder
         (a symlink loop, a link to nothing) too, with its problem and no state."""
         found, broken = self._scan()
@@ -361,7 +363,7 @@ class RunIndex:
                                                          if e.settled and not e.active})
         self._stored_generation, self._stored_at = self._generation, time.monotonic()
 
-    def _memoised(self, name: str, entries: list[tuple[str, Entry]], build):
+    def _memoised(self, name: str, entries: list[tuple[str, IndexedRun]], build):
         """build(entries), reused while no run changed; never kept while a run is active (its duration grows
         and its worker may die without a file changing)."""
         with self._lock:
@@ -389,7 +391,7 @@ class RunIndex:
 
         return self._memoised("table", self.refresh(), build)
 
-    def entries(self, run_ids: list[str]) -> dict[str, Entry]:
+    def entries(self, run_ids: list[str]) -> dict[str, IndexedRun]:
         """The entries of these runs (those that exist), each re-read only when its files changed."""
         wanted = set(run_ids)
         return {name: entry for name, entry in self.refresh() if name in wanted and entry.is_run}

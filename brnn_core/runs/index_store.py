@@ -14,11 +14,11 @@ from pathlib import Path
 from brnn_core.fileio import atomic_write_json
 
 STORE_NAME = ".index.json"
-STORE_VERSION = 4  # bump when an Entry is read differently: older stores are read again
+STORE_VERSION = 4  # bump when an IndexedRun is read differently: older stores are read again
 
 
 def load(path: Path, runs_dir: Path) -> dict[str, dict]:
-    """run id -> its saved entry (as `Entry.to_dict` made it) for this runs folder; {} when nothing is usable."""
+    """run id -> its saved entry (as `IndexedRun.to_dict` made it) for this runs folder; {} when nothing is usable."""
     try:
         saved = json.loads(Path(path).read_text())
         if saved.get("version") != STORE_VERSION or saved.get("runs_dir") != str(Path(runs_dir).resolve()):

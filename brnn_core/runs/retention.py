@@ -20,7 +20,7 @@ from pathlib import Path
 
 from brnn_core.locks import LockError
 from brnn_core.runs import lifecycle, worker_lock
-from brnn_core.runs.index import Entry, RunIndex, seed_group
+from brnn_core.runs.index import IndexedRun, RunIndex, seed_group
 from brnn_core.runs.rundir import Run, RunError, check_writable, write_problem
 from brnn_core.runs.status import effective_status
 from brnn_core.states import ENDED_STATES
@@ -208,7 +208,7 @@ def check_request(keep_best: int, metric: str, per: str) -> None:
         raise PruneError(f"--per {per}: use one of {', '.join(PER)}")
 
 
-def _unit(per: str, run_id: str, entry: Entry) -> str:
+def _unit(per: str, run_id: str, entry: IndexedRun) -> str:
     if per == "group":
         return seed_group(entry.config.get("train") or {})
     if per == "sweep":  # a run outside a sweep is ranked alone, so it is kept
@@ -216,7 +216,7 @@ def _unit(per: str, run_id: str, entry: Entry) -> str:
     return "all"
 
 
-def _score(entry: Entry, metric: str) -> float | None:
+def _score(entry: IndexedRun, metric: str) -> float | None:
     value = getattr(entry.metrics, METRICS[metric][0])
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
