@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness.rows import alternate
+
 REPO = Path(__file__).resolve().parent.parent
 WAYS = {
     "tools/install.py": lambda py: [str(py), str(REPO / "tools" / "install.py")],
@@ -51,11 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the venvs are made (default the temp folder; needs about 8 GB free)")
     parser.add_argument("--json", type=Path, default=None, help="also write the timings here")
     args = parser.parse_args(argv)
-    times: dict[str, list[float]] = {way: [] for way in WAYS}
-    for round_ in range(1, args.rounds + 1):
-        for way in WAYS:
-            times[way].append(timed_build(way, args.dir))
-            print(f"round {round_}: {way}: {times[way][-1]:.1f} s", flush=True)
+    times = alternate({way: (lambda way=way: timed_build(way, args.dir)) for way in WAYS}, args.rounds,
+                      lambda line: print(line, flush=True), label="seconds for ")
     for way, values in times.items():
         spread = f"{min(values):.1f}-{max(values):.1f}"
         print(f"{way}: mean {statistics.mean(values):.1f} s ({spread}, n={len(values)})")
