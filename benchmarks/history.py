@@ -34,8 +34,10 @@ from brnn_core import charts
 from brnn_core.checkpoint import save_checkpoint
 from brnn_core.config import TrainConfig
 from brnn_core.data.canvas import prepare
+from brnn_core.data.datasets import default_dataset
 from brnn_core.data.drawings import folder_signature, save_drawing
 from brnn_core.data.loading import load_dataset
+from brnn_core.data.predraw import predraw
 from brnn_core.environment import git_commit
 from brnn_core.fileio import atomic_write_json, read_json
 from brnn_core.inference.predictor import Predictor
@@ -282,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
                      "cpus": os.cpu_count(), "sizes": {}}
     try:
         save_drawings(data_dir, args.drawings)
+        # what a server starts in the background once per data folder (ui/warmup.py), made here first: else each
+        # first render below, a new server's, starts it again and the pages are timed beside its processes
+        predraw(default_dataset(data_dir), data_dir, TrainConfig().drawn_share)
         template = build_template(root / "template-parent")
         grow(runs_dir, template, 3)
         for page in PAGES.values():  # import every module once: first renders below exclude imports
